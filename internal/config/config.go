@@ -1,0 +1,145 @@
+// Package config reads the environment variables of DESIGN.md once, at cold
+// start. A malformed variable, or a missing one without a default, is an error
+// that names it.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is every setting the functions read.
+type Config struct {
+	DatabaseURL               string // DATABASE_URL
+	DatabaseSecretARN         string // DATABASE_SECRET_ARN (RDS-managed secret), used when DATABASE_URL is empty
+	PushPurchaseOrderQueueURL string // PUSH_PURCHASE_ORDER_QUEUE_URL
+	ClaimBatchSize            int    // CLAIM_BATCH_SIZE
+	DispatchMaxPerRun         int    // DISPATCH_MAX_PER_RUN
+	MaxAttempts               int    // MAX_ATTEMPTS
+	Lease                     time.Duration
+	PushConcurrency           int           // PUSH_CONCURRENCY
+	ProviderTimeout           time.Duration // PROVIDER_TIMEOUT
+	CredentialReferencePrefix string        // CREDENTIAL_REFERENCE_PREFIX
+	CredentialCacheTTL        time.Duration // CREDENTIAL_CACHE_TTL
+	AllowPrivateNetworks      bool          // WEBHOOK_ALLOW_PRIVATE_NETWORKS
+	LogLevel                  slog.Level    // LOG_LEVEL
+	AWSRegion                 string        // AWS_REGION
+}
+
+// Need names what a function requires beyond the defaults.
+type Need int
+
+const (
+	// NeedQueue: the function sends to the command queue (dispatch, rerun).
+	NeedQueue Need = 1 << iota
+)
+
+// Load reads the configuration through getenv (os.Getenv in main).
+func Load(getenv func(string) string, need Need) (Config, error) {
+	r := reader{getenv: getenv}
+	c := Config{
+		DatabaseURL:               r.str("DATABASE_URL", ""),
+		DatabaseSecretARN:         r.str("DATABASE_SECRET_ARN", ""),
+		PushPurchaseOrderQueueURL: r.str("PUSH_PURCHASE_ORDER_QUEUE_URL", ""),
+		ClaimBatchSize:            r.intRange("CLAIM_BATCH_SIZE", 50, 1, 1000),
+		DispatchMaxPerRun:         r.intRange("DISPATCH_MAX_PER_RUN", 5000, 1, 1_000_000),
+		MaxAttempts:               r.intRange("MAX_ATTEMPTS", 10, 1, 1000),
+		Lease:                     time.Duration(r.intRange("LEASE_SECONDS", 900, 1, 7*24*3600)) * time.Second,
+		PushConcurrency:           r.intRange("PUSH_CONCURRENCY", 10, 1, 1000),
+		ProviderTimeout:           r.duration("PROVIDER_TIMEOUT", 10*time.Second),
+		CredentialReferencePrefix: r.str("CREDENTIAL_REFERENCE_PREFIX", "integrations/"),
+		CredentialCacheTTL:        r.duration("CREDENTIAL_CACHE_TTL", 5*time.Minute),
+		AllowPrivateNetworks:      r.boolean("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
+		LogLevel:                  r.level("LOG_LEVEL", slog.LevelInfo),
+		AWSRegion:                 r.str("AWS_REGION", ""),
+	}
+	if c.DatabaseURL == "" && c.DatabaseSecretARN == "" {
+		r.fail("DATABASE_URL", "is required (or DATABASE_SECRET_ARN)")
+	}
+	if need&NeedQueue != 0 && c.PushPurchaseOrderQueueURL == "" {
+		r.fail("PUSH_PURCHASE_ORDER_QUEUE_URL", "is required")
+	}
+	if c.ProviderTimeout <= 0 {
+		r.fail("PROVIDER_TIMEOUT", "must be positive")
+	}
+	if c.CredentialReferencePrefix == "" {
+		r.fail("CREDENTIAL_REFERENCE_PREFIX", "must not be empty")
+	}
+	return c, errors.Join(r.errs...)
+}
+
+type reader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (r *reader) fail(name, msg string) {
+	r.errs = append(r.errs, fmt.Errorf("config: %s %s", name, msg))
+}
+
+func (r *reader) str(name, def string) string {
+	if v := strings.TrimSpace(r.getenv(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+func (r *reader) intRange(name string, def, lo, hi int) int {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		r.fail(name, fmt.Sprintf("must be an integer from %d to %d, got %q", lo, hi, v))
+		return def
+	}
+	return n
+}
+
+// duration accepts a Go duration ("10s", "5m") or a bare number of seconds.
+func (r *reader) duration(name string, def time.Duration) time.Duration {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		r.fail(name, fmt.Sprintf("must be a duration such as 10s or 5m, got %q", v))
+		return def
+	}
+	return d
+}
+
+func (r *reader) boolean(name string, def bool) bool {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(name, fmt.Sprintf("must be true or false, got %q", v))
+		return def
+	}
+	return b
+}
+
+func (r *reader) level(name string, def slog.Level) slog.Level {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(v)); err != nil {
+		r.fail(name, fmt.Sprintf("must be debug, info, warn or error, got %q", v))
+		return def
+	}
+	return l
+}

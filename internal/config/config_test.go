@@ -1,0 +1,76 @@
+package config
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(env(map[string]string{"DATABASE_URL": "postgres://x/y"}), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{DatabaseURL: "postgres://x/y", ClaimBatchSize: 50, DispatchMaxPerRun: 5000, MaxAttempts: 10,
+		Lease: 900 * time.Second, PushConcurrency: 10, ProviderTimeout: 10 * time.Second,
+		CredentialReferencePrefix: "integrations/", CredentialCacheTTL: 5 * time.Minute, LogLevel: slog.LevelInfo}
+	if c != want {
+		t.Errorf("got %+v\nwant %+v", c, want)
+	}
+}
+
+func TestEmptyMeansDefault(t *testing.T) {
+	c, err := Load(env(map[string]string{"DATABASE_URL": "x", "DISPATCH_MAX_PER_RUN": " "}), 0)
+	if err != nil || c.DispatchMaxPerRun != 5000 {
+		t.Errorf("got %d, %v", c.DispatchMaxPerRun, err)
+	}
+}
+
+func TestParsesEveryVariable(t *testing.T) {
+	c, err := Load(env(map[string]string{
+		"DATABASE_SECRET_ARN": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:db", "PUSH_PURCHASE_ORDER_QUEUE_URL": "http://q",
+		"CLAIM_BATCH_SIZE": "7", "DISPATCH_MAX_PER_RUN": "70", "MAX_ATTEMPTS": "3", "LEASE_SECONDS": "1",
+		"PUSH_CONCURRENCY": "4", "PROVIDER_TIMEOUT": "2500ms", "CREDENTIAL_REFERENCE_PREFIX": "acme/",
+		"CREDENTIAL_CACHE_TTL": "30", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "LOG_LEVEL": "debug", "AWS_REGION": "eu-west-1",
+	}), NeedQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ClaimBatchSize != 7 || c.DispatchMaxPerRun != 70 || c.MaxAttempts != 3 || c.Lease != time.Second ||
+		c.PushConcurrency != 4 || c.ProviderTimeout != 2500*time.Millisecond || c.CredentialReferencePrefix != "acme/" ||
+		c.CredentialCacheTTL != 30*time.Second || !c.AllowPrivateNetworks || c.LogLevel != slog.LevelDebug || c.AWSRegion != "eu-west-1" {
+		t.Errorf("unexpected %+v", c)
+	}
+}
+
+func TestErrorsNameTheVariable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		need Need
+	}{
+		{"DATABASE_URL", map[string]string{}, 0},
+		{"PUSH_PURCHASE_ORDER_QUEUE_URL", map[string]string{"DATABASE_URL": "x"}, NeedQueue},
+		{"CLAIM_BATCH_SIZE", map[string]string{"DATABASE_URL": "x", "CLAIM_BATCH_SIZE": "fifty"}, 0},
+		{"CLAIM_BATCH_SIZE", map[string]string{"DATABASE_URL": "x", "CLAIM_BATCH_SIZE": "0"}, 0},
+		{"LEASE_SECONDS", map[string]string{"DATABASE_URL": "x", "LEASE_SECONDS": "0"}, 0},
+		{"LEASE_SECONDS", map[string]string{"DATABASE_URL": "x", "LEASE_SECONDS": "1.5"}, 0},
+		{"MAX_ATTEMPTS", map[string]string{"DATABASE_URL": "x", "MAX_ATTEMPTS": "-1"}, 0},
+		{"PROVIDER_TIMEOUT", map[string]string{"DATABASE_URL": "x", "PROVIDER_TIMEOUT": "soon"}, 0},
+		{"PROVIDER_TIMEOUT", map[string]string{"DATABASE_URL": "x", "PROVIDER_TIMEOUT": "0"}, 0},
+		{"CREDENTIAL_CACHE_TTL", map[string]string{"DATABASE_URL": "x", "CREDENTIAL_CACHE_TTL": "5 minutes"}, 0},
+		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS", map[string]string{"DATABASE_URL": "x", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "yes please"}, 0},
+		{"LOG_LEVEL", map[string]string{"DATABASE_URL": "x", "LOG_LEVEL": "loud"}, 0},
+		{"PUSH_CONCURRENCY", map[string]string{"DATABASE_URL": "x", "PUSH_CONCURRENCY": "many"}, 0},
+	} {
+		_, err := Load(env(tc.env), tc.need)
+		if err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("env %v: error %v does not name %s", tc.env, err, tc.name)
+		}
+	}
+}

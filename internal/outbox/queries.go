@@ -1,0 +1,193 @@
+package outbox
+
+// Every statement on the outbox aggregate lives here. Each is scoped by
+// organization_id, and every write that follows a claim is fenced by the
+// claim_token the claim handed out.
+
+// claimSQL claims up to $1 rows: due rows of the claimable states, plus rows
+// whose lease expired before the provider accepted them (crash recovery),
+// oldest first. $2 MAX_ATTEMPTS, $3 lease seconds, $4 optional organization,
+// $5 optional id list (a rerun's dispatchNow).
+const claimSQL = `
+with due as (
+    select id, created_at from external_integration_outbox
+    where status in ('queued', 'failed')
+      and coalesce(next_attempt_at, now()) <= now()
+      and attempt_count < $2
+      and ($4::uuid is null or organization_id = $4)
+      and ($5::uuid[] is null or id = any($5))
+    order by created_at
+    limit $1
+    for update skip locked
+), expired as (
+    select id, created_at from external_integration_outbox
+    where status = 'processing' and provider_status is null
+      and lease_expires_at < now()
+      and attempt_count < $2
+      and ($4::uuid is null or organization_id = $4)
+      and ($5::uuid[] is null or id = any($5))
+    order by created_at
+    limit $1
+    for update skip locked
+), picked as (
+    select id from (select * from due union all select * from expired) candidates
+    order by created_at
+    limit $1
+)
+update external_integration_outbox o
+set status = 'processing',
+    attempt_count = o.attempt_count + 1,
+    claim_token = gen_random_uuid(),
+    claimed_at = now(),
+    lease_expires_at = now() + make_interval(secs => $3),
+    started_at = null,
+    next_attempt_at = null,
+    updated_at = now()
+from picked
+where o.id = picked.id
+returning o.id::text, o.organization_id::text, coalesce(o.integration_connection_id::text, ''),
+    coalesce(o.command_type, ''), o.claim_token::text, o.attempt_count,
+    o.id in (select id from expired) as reclaimed, o.created_at`
+
+// deadLetterExpiredSQL moves rows whose lease expired after their last
+// attempt to dead_letter, with their one open conflict. $1 MAX_ATTEMPTS.
+const deadLetterExpiredSQL = `
+with expired as (
+    update external_integration_outbox o
+    set status = 'dead_letter',
+        last_error = left('attempts exhausted: the lease of the last attempt expired without a recorded result'
+            || coalesce('; previous error: ' || o.last_error, ''), 1000),
+        lease_expires_at = null,
+        updated_at = now()
+    where o.status = 'processing' and o.provider_status is null
+      and o.lease_expires_at < now()
+      and o.attempt_count >= $1
+    returning o.*
+), conflicts as (
+    insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
+        conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
+    select e.organization_id, c.location_id, e.integration_connection_id,
+        'provider_rejected', 'high', e.local_entity_type, e.local_entity_id,
+        'External provider outbound command reached dead letter: attempts exhausted.',
+        jsonb_build_object('outboxId', e.id, 'commandType', e.command_type,
+            'idempotencyKey', e.idempotency_key, 'lastError', e.last_error),
+        e.id
+    from expired e
+    left join integration_connections c
+        on c.id = e.integration_connection_id and c.organization_id = e.organization_id
+    on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
+)
+select count(*) from expired`
+
+// releaseSQL puts claimed rows whose message could not be sent back at once:
+// due now, the attempt not consumed, the claim dropped.
+const releaseSQL = `
+update external_integration_outbox o
+set status = 'queued',
+    attempt_count = greatest(o.attempt_count - 1, 0),
+    claim_token = null,
+    claimed_at = null,
+    lease_expires_at = null,
+    next_attempt_at = null,
+    updated_at = now()
+from unnest($1::uuid[], $2::uuid[], $3::uuid[]) as r(id, organization_id, claim_token)
+where o.id = r.id and o.organization_id = r.organization_id
+  and o.claim_token = r.claim_token and o.status = 'processing' and o.started_at is null`
+
+// unsupportedSQL ends claimed rows nobody can deliver ($4 says why).
+const unsupportedSQL = `
+update external_integration_outbox o
+set status = 'unsupported',
+    completed_at = now(),
+    last_error = $4,
+    lease_expires_at = null,
+    updated_at = now()
+from unnest($1::uuid[], $2::uuid[], $3::uuid[]) as r(id, organization_id, claim_token)
+where o.id = r.id and o.organization_id = r.organization_id
+  and o.claim_token = r.claim_token and o.status = 'processing'`
+
+// startSQL consumes claims: one atomic update marks each job started for its
+// token (a stale token or an already started claim matches nothing), and the
+// same statement loads the job's connection and, for purchase-order pushes,
+// the order with its lines — organization scoped, and location scoped when
+// the connection has a location. Purchase-order keys come out in camelCase.
+const startSQL = `
+with req as (
+    select * from unnest($1::uuid[], $2::uuid[], $3::uuid[]) as r(id, organization_id, claim_token)
+), started as (
+    update external_integration_outbox o
+    set started_at = now(), updated_at = now()
+    from req
+    where o.id = req.id and o.organization_id = req.organization_id
+      and o.claim_token = req.claim_token
+      and o.status = 'processing' and o.started_at is null
+    returning o.id, o.organization_id, o.integration_connection_id, o.command_type,
+        o.local_entity_type, o.local_entity_id, o.payload_json, o.idempotency_key,
+        o.attempt_count, o.claim_token
+)
+select s.id::text, s.organization_id::text, coalesce(s.integration_connection_id::text, ''),
+    coalesce(s.command_type, ''), coalesce(s.local_entity_type, ''), coalesce(s.local_entity_id::text, ''),
+    coalesce(s.payload_json, '{}'::jsonb), coalesce(s.idempotency_key, s.id::text),
+    s.attempt_count, s.claim_token::text,
+    c.id is not null, coalesce(c.location_id::text, ''), coalesce(c.provider, ''),
+    coalesce(c.credential_reference, ''), coalesce(c.config_json, '{}'::jsonb),
+    po.doc
+from started s
+left join integration_connections c
+    on c.id = s.integration_connection_id and c.organization_id = s.organization_id
+left join lateral (
+    select (
+        select jsonb_object_agg(lower(left(k, 1)) || substr(replace(initcap(k), '_', ''), 2), v)
+        from jsonb_each(to_jsonb(p)) as col(k, v)
+    ) || jsonb_build_object('items', coalesce((
+        select jsonb_agg(jsonb_build_object(
+            'id', l.id, 'stockItemId', l.stock_item_id, 'quantity', l.ordered_quantity,
+            'unitCode', l.purchase_unit_code, 'normalizedUnitCode', l.normalized_unit_code,
+            'unitsPerPurchaseUnit', l.units_per_purchase_unit_snapshot,
+            'unitPriceMinor', l.unit_price_minor_snapshot) order by l.created_at, l.id)
+        from purchase_order_lines l where l.purchase_order_id = p.id), '[]'::jsonb)) as doc
+    from purchase_orders p
+    where s.command_type = 'push_purchase_order'
+      and p.id = s.local_entity_id and p.organization_id = s.organization_id
+      and (c.location_id is null or p.location_id = c.location_id)
+) po on true`
+
+// recordSQL records the results of started jobs, fenced by their claim token,
+// and opens one conflict per row that reached dead_letter.
+const recordSQL = `
+with res as (
+    select * from unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
+        $7::text[], $8::float8[], $9::text[], $10::text[], $11::uuid[])
+        as r(id, organization_id, claim_token, status, provider_reference, provider_status,
+            last_error, retry_seconds, conflict_type, conflict_summary, location_id)
+), updated as (
+    update external_integration_outbox o
+    set status = res.status,
+        provider_reference = coalesce(res.provider_reference, o.provider_reference),
+        provider_status = coalesce(res.provider_status, o.provider_status),
+        last_error = coalesce(res.last_error, o.last_error),
+        next_attempt_at = case when res.status = 'failed'
+            then now() + make_interval(secs => res.retry_seconds) end,
+        completed_at = case when res.status in ('completed', 'unsupported') then now() else o.completed_at end,
+        lease_expires_at = null,
+        updated_at = now()
+    from res
+    where o.id = res.id and o.organization_id = res.organization_id
+      and o.claim_token = res.claim_token
+      and o.status = 'processing' and o.started_at is not null
+    returning o.id, o.organization_id, o.integration_connection_id, o.command_type,
+        o.local_entity_type, o.local_entity_id, o.idempotency_key, o.status, o.last_error,
+        res.conflict_type, res.conflict_summary, res.location_id
+), conflicts as (
+    insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
+        conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
+    select u.organization_id, u.location_id, u.integration_connection_id,
+        u.conflict_type, 'high', u.local_entity_type, u.local_entity_id, u.conflict_summary,
+        jsonb_build_object('outboxId', u.id, 'commandType', u.command_type,
+            'idempotencyKey', u.idempotency_key, 'lastError', u.last_error),
+        u.id
+    from updated u
+    where u.status = 'dead_letter'
+    on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
+)
+select id::text from updated`

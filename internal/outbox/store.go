@@ -1,0 +1,279 @@
+// Package outbox is the outbox aggregate: claiming rows for dispatch, putting
+// back what could not be sent, starting jobs under their claim token and
+// recording their results. Its SQL lives in queries.go.
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Statuses of an outbox row (contract).
+const (
+	StatusQueued      = "queued"
+	StatusProcessing  = "processing"
+	StatusCompleted   = "completed"
+	StatusFailed      = "failed"
+	StatusUncertain   = "uncertain"
+	StatusUnsupported = "unsupported"
+	StatusDeadLetter  = "dead_letter"
+)
+
+// DB is what the store needs of a pool, a connection or a transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store runs the outbox statements.
+type Store struct {
+	db DB
+}
+
+// NewStore returns a store on db.
+func NewStore(db DB) *Store { return &Store{db: db} }
+
+// Claim is one row claimed for dispatch.
+type Claim struct {
+	ID             string
+	OrganizationID string
+	ConnectionID   string
+	CommandType    string
+	ClaimToken     string
+	AttemptCount   int
+	// Reclaimed is set when the row was claimed again after its lease expired.
+	Reclaimed bool
+	CreatedAt time.Time
+}
+
+// ClaimParams bounds one claim.
+type ClaimParams struct {
+	Limit       int
+	MaxAttempts int
+	Lease       time.Duration
+	// OrganizationID, when set, claims only that organization's rows.
+	OrganizationID string
+	// IDs, when non-nil, claims only these rows.
+	IDs []string
+}
+
+// Claim claims up to p.Limit due rows, oldest first, skipping rows other
+// claimers hold: each gets status processing, attempt_count+1, a fresh claim
+// token and a lease.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
+	var org, ids any
+	if p.OrganizationID != "" {
+		org = p.OrganizationID
+	}
+	if p.IDs != nil {
+		ids = p.IDs
+	}
+	rows, err := s.db.Query(ctx, claimSQL, p.Limit, p.MaxAttempts, p.Lease.Seconds(), org, ids)
+	if err != nil {
+		return nil, fmt.Errorf("claiming outbox batch: %w", err)
+	}
+	claims, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claim, error) {
+		var c Claim
+		err := r.Scan(&c.ID, &c.OrganizationID, &c.ConnectionID, &c.CommandType, &c.ClaimToken,
+			&c.AttemptCount, &c.Reclaimed, &c.CreatedAt)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming outbox batch: %w", err)
+	}
+	slices.SortFunc(claims, func(a, b Claim) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return claims, nil
+}
+
+// DeadLetterExpired moves rows whose lease expired after their last attempt
+// to dead_letter and opens their conflict. It returns how many it moved.
+func (s *Store) DeadLetterExpired(ctx context.Context, maxAttempts int) (int, error) {
+	var n int
+	if err := s.db.QueryRow(ctx, deadLetterExpiredSQL, maxAttempts).Scan(&n); err != nil {
+		return 0, fmt.Errorf("dead-lettering expired leases: %w", err)
+	}
+	return n, nil
+}
+
+// Release puts claimed, not yet started rows back at once: due now, the
+// attempt not consumed.
+func (s *Store) Release(ctx context.Context, claims []Claim) (int, error) {
+	if len(claims) == 0 {
+		return 0, nil
+	}
+	ids, orgs, tokens := claimColumns(claims)
+	tag, err := s.db.Exec(ctx, releaseSQL, ids, orgs, tokens)
+	if err != nil {
+		return 0, fmt.Errorf("releasing %d claimed rows: %w", len(claims), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// MarkUnsupported ends claimed rows that nothing can deliver.
+func (s *Store) MarkUnsupported(ctx context.Context, claims []Claim, reason string) (int, error) {
+	if len(claims) == 0 {
+		return 0, nil
+	}
+	ids, orgs, tokens := claimColumns(claims)
+	tag, err := s.db.Exec(ctx, unsupportedSQL, ids, orgs, tokens, reason)
+	if err != nil {
+		return 0, fmt.Errorf("marking %d rows unsupported: %w", len(claims), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func claimColumns(claims []Claim) (ids, orgs, tokens []string) {
+	for _, c := range claims {
+		ids = append(ids, c.ID)
+		orgs = append(orgs, c.OrganizationID)
+		tokens = append(tokens, c.ClaimToken)
+	}
+	return ids, orgs, tokens
+}
+
+// StartRequest names one delivered claim.
+type StartRequest struct {
+	OutboxID       string
+	OrganizationID string
+	ClaimToken     string
+}
+
+// Connection is the integration connection a job goes through.
+type Connection struct {
+	ID                  string
+	LocationID          string
+	Provider            string
+	CredentialReference string
+	Config              json.RawMessage
+}
+
+// Job is a started job with what it needs to run.
+type Job struct {
+	ID              string
+	OrganizationID  string
+	ConnectionID    string
+	CommandType     string
+	LocalEntityType string
+	LocalEntityID   string
+	Payload         json.RawMessage
+	IdempotencyKey  string
+	AttemptCount    int
+	ClaimToken      string
+	// Connection is nil when the connection does not exist for the job's
+	// organization.
+	Connection *Connection
+	// PurchaseOrder is the order (camelCase columns plus items) for
+	// push_purchase_order jobs; nil when it does not exist for the job's
+	// organization and the connection's location.
+	PurchaseOrder json.RawMessage
+}
+
+// Start consumes the claims in one statement and returns the jobs it
+// started. A request whose token is stale or whose claim was already started
+// is not returned: that delivery is a duplicate and must do nothing.
+func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(reqs))
+	orgs := make([]string, len(reqs))
+	tokens := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i], orgs[i], tokens[i] = r.OutboxID, r.OrganizationID, r.ClaimToken
+	}
+	rows, err := s.db.Query(ctx, startSQL, ids, orgs, tokens)
+	if err != nil {
+		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
+		var (
+			j     Job
+			c     Connection
+			found bool
+			po    []byte
+		)
+		err := r.Scan(&j.ID, &j.OrganizationID, &j.ConnectionID, &j.CommandType, &j.LocalEntityType,
+			&j.LocalEntityID, &j.Payload, &j.IdempotencyKey, &j.AttemptCount, &j.ClaimToken,
+			&found, &c.LocationID, &c.Provider, &c.CredentialReference, &c.Config, &po)
+		if found {
+			c.ID = j.ConnectionID
+			j.Connection = &c
+		}
+		if po != nil {
+			j.PurchaseOrder = po
+		}
+		return j, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), err)
+	}
+	return jobs, nil
+}
+
+// Outcome is the result of one started job.
+type Outcome struct {
+	OutboxID       string
+	OrganizationID string
+	ClaimToken     string
+	// LocationID is the connection's location, copied onto a conflict.
+	LocationID string
+	// Status is the row's next status: completed, uncertain, processing
+	// (accepted by the provider), failed, unsupported or dead_letter.
+	Status            string
+	ProviderReference string
+	ProviderStatus    string
+	// LastError is stored when set (already truncated and masked).
+	LastError string
+	// RetryIn is the delay before the next attempt of a failed row.
+	RetryIn time.Duration
+	// ConflictType and ConflictSummary describe the conflict of a
+	// dead_letter row.
+	ConflictType    string
+	ConflictSummary string
+}
+
+// Record stores outcomes in one statement, each fenced by its claim token,
+// and returns the ids it recorded (an outcome whose token is no longer
+// current is not recorded).
+func (s *Store) Record(ctx context.Context, outcomes []Outcome) ([]string, error) {
+	if len(outcomes) == 0 {
+		return nil, nil
+	}
+	n := len(outcomes)
+	var (
+		ids, orgs, tokens, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		refs, provStatuses, errs    = make([]*string, n), make([]*string, n), make([]*string, n)
+		retry                       = make([]float64, n)
+		ctypes, summaries, locs     = make([]*string, n), make([]*string, n), make([]*string, n)
+	)
+	for i, o := range outcomes {
+		ids[i], orgs[i], tokens[i], statuses[i] = o.OutboxID, o.OrganizationID, o.ClaimToken, o.Status
+		refs[i], provStatuses[i], errs[i] = nullable(o.ProviderReference), nullable(o.ProviderStatus), nullable(o.LastError)
+		retry[i] = o.RetryIn.Seconds()
+		ctypes[i], summaries[i], locs[i] = nullable(o.ConflictType), nullable(o.ConflictSummary), nullable(o.LocationID)
+	}
+	rows, err := s.db.Query(ctx, recordSQL, ids, orgs, tokens, statuses, refs, provStatuses, errs, retry,
+		ctypes, summaries, locs)
+	if err != nil {
+		return nil, fmt.Errorf("recording %d results: %w", n, err)
+	}
+	recorded, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("recording %d results: %w", n, err)
+	}
+	return recorded, nil
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

@@ -1,0 +1,341 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/testenv"
+)
+
+var pg *testenv.Postgres
+
+func TestMain(m *testing.M) {
+	var err error
+	if pg, err = testenv.StartPostgres(); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	pg.Stop()
+	os.Exit(code)
+}
+
+type bundle struct {
+	f     *testenv.Fixture
+	store *outbox.Store
+	org   string
+	conn  string
+	po    string
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	f := pg.NewDB(t)
+	org := f.NewID(t)
+	return bundle{f: f, store: outbox.NewStore(f.Pool), org: org,
+		conn: f.Connection(t, testenv.ConnectionOpts{OrganizationID: org}),
+		po:   f.PurchaseOrder(t, org, "", 2)}
+}
+
+func params(limit int) outbox.ClaimParams {
+	return outbox.ClaimParams{Limit: limit, MaxAttempts: 10, Lease: 15 * time.Minute}
+}
+
+func ids(claims []outbox.Claim) []string {
+	var out []string
+	for _, c := range claims {
+		out = append(out, c.ID)
+	}
+	return out
+}
+
+func TestClaimTakesOnlyDueClaimableRowsOldestFirstUpToTheLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	base := time.Now().Add(-time.Hour)
+	past, future := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	cmd := func(status string, attempts int, next *time.Time, age time.Duration) string {
+		return b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po,
+			Status: status, AttemptCount: attempts, NextAttemptAt: next, CreatedAt: base.Add(age)})
+	}
+	oldest := cmd("queued", 0, nil, 0)
+	failedDue := cmd("failed", 2, &past, time.Second)
+	queuedDue := cmd("queued", 0, &past, 2*time.Second)
+	newest := cmd("queued", 0, nil, 3*time.Second)
+	// Not claimable: not due, exhausted, or in a non-claimable state.
+	cmd("failed", 1, &future, -time.Second)
+	cmd("failed", 10, &past, -time.Second)
+	for _, s := range []string{"completed", "uncertain", "unsupported", "dead_letter", "processing"} {
+		cmd(s, 1, nil, -2*time.Second)
+	}
+
+	first, err := b.store.Claim(ctx, params(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ids(first), []string{oldest, failedDue, queuedDue}; !equal(got, want) {
+		t.Fatalf("first claim = %v, want %v (oldest first, limit 3)", got, want)
+	}
+	for _, c := range first {
+		r := b.f.Row(t, c.ID)
+		if r.Status != "processing" || r.ClaimToken == nil || *r.ClaimToken != c.ClaimToken || r.LeaseExpiresAt == nil {
+			t.Errorf("claimed row %s: %+v", c.ID, r)
+		}
+		if c.CommandType != "push_purchase_order" || c.ConnectionID != b.conn || c.OrganizationID != b.org {
+			t.Errorf("claim fields: %+v", c)
+		}
+	}
+	if r := b.f.Row(t, failedDue); r.AttemptCount != 3 {
+		t.Errorf("claim must increment attempt_count: got %d, want 3", r.AttemptCount)
+	}
+	rest, err := b.store.Claim(ctx, params(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(rest); !equal(got, []string{newest}) {
+		t.Fatalf("second claim = %v, want only %v", got, newest)
+	}
+}
+
+func TestConcurrentClaimersNeverClaimTheSameRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const rows = 600
+	for range rows {
+		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	}
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+		wg   sync.WaitGroup
+	)
+	for range 6 {
+		wg.Go(func() {
+			for {
+				claims, err := b.store.Claim(ctx, params(25))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(claims) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, c := range claims {
+					seen[c.ID]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != rows {
+		t.Errorf("claimed %d distinct rows, want %d", len(seen), rows)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("row %s claimed %d times", id, n)
+		}
+	}
+}
+
+func TestExpiredLeaseIsReclaimedUnlessAcceptedOrExhausted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	crashed := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	accepted := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	exhausted := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po, AttemptCount: 9})
+	p := params(10)
+	p.Lease = time.Second
+	first, err := b.store.Claim(ctx, p)
+	if err != nil || len(first) != 3 {
+		t.Fatalf("claim: %v %v", first, err)
+	}
+	// accepted: the provider took it (provider_status set, no lease).
+	b.f.Pool.Exec(ctx, `update external_integration_outbox set provider_status = 'accepted', lease_expires_at = null where id = $1`, accepted)
+	b.f.Pool.Exec(ctx, `update external_integration_outbox set lease_expires_at = now() - interval '1 second', started_at = now() where id = any($1)`,
+		[]string{crashed, exhausted})
+
+	n, err := b.store.DeadLetterExpired(ctx, 10)
+	if err != nil || n != 1 {
+		t.Fatalf("DeadLetterExpired = %d, %v; want 1", n, err)
+	}
+	if r := b.f.Row(t, exhausted); r.Status != "dead_letter" || r.LastError == nil {
+		t.Errorf("exhausted row: %+v", r)
+	}
+	if got := b.f.Count(t, `select count(*) from external_integration_conflicts where outbox_id = $1 and status = 'open' and conflict_type = 'provider_rejected' and severity = 'high'`, exhausted); got != 1 {
+		t.Errorf("exhausted row has %d open conflicts, want 1", got)
+	}
+	again, err := b.store.Claim(ctx, params(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 1 || again[0].ID != crashed || !again[0].Reclaimed || again[0].AttemptCount != 2 {
+		t.Fatalf("reclaim = %+v, want only %s reclaimed at attempt 2", again, crashed)
+	}
+	if again[0].ClaimToken == first[0].ClaimToken {
+		t.Error("a reclaim must hand out a fresh claim token")
+	}
+	if r := b.f.Row(t, crashed); r.StartedAt != nil {
+		t.Error("a reclaim must clear started_at")
+	}
+}
+
+func TestStartConsumesTheClaimOnceAndLoadsScopedData(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	claims, err := b.store.Claim(ctx, params(1))
+	if err != nil || len(claims) != 1 {
+		t.Fatal(claims, err)
+	}
+	c := claims[0]
+	stale := outbox.StartRequest{OutboxID: id, OrganizationID: b.org, ClaimToken: b.f.NewID(t)}
+	otherOrg := outbox.StartRequest{OutboxID: id, OrganizationID: b.f.NewID(t), ClaimToken: c.ClaimToken}
+	jobs, err := b.store.Start(ctx, []outbox.StartRequest{stale, otherOrg})
+	if err != nil || len(jobs) != 0 {
+		t.Fatalf("stale/foreign start = %v, %v; want none", jobs, err)
+	}
+	good := outbox.StartRequest{OutboxID: id, OrganizationID: b.org, ClaimToken: c.ClaimToken}
+	jobs, err = b.store.Start(ctx, []outbox.StartRequest{good, good})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("start = %v, %v; want one job", jobs, err)
+	}
+	j := jobs[0]
+	if j.Connection == nil || j.Connection.Provider != "sandbox" || j.PurchaseOrder == nil || j.AttemptCount != 1 {
+		t.Fatalf("job = %+v", j)
+	}
+	var po struct {
+		ID             string           `json:"id"`
+		OrganizationID string           `json:"organizationId"`
+		OrderNumber    string           `json:"orderNumber"`
+		Items          []map[string]any `json:"items"`
+	}
+	if err := json.Unmarshal(j.PurchaseOrder, &po); err != nil {
+		t.Fatal(err)
+	}
+	if po.ID != b.po || po.OrganizationID != b.org || po.OrderNumber == "" || len(po.Items) != 2 || po.Items[0]["quantity"] != 1.0 {
+		t.Errorf("purchase order = %s", j.PurchaseOrder)
+	}
+	for _, k := range []string{"id", "stockItemId", "quantity", "unitCode", "normalizedUnitCode", "unitsPerPurchaseUnit", "unitPriceMinor"} {
+		if _, ok := po.Items[0][k]; !ok {
+			t.Errorf("line lacks %s: %v", k, po.Items[0])
+		}
+	}
+	again, err := b.store.Start(ctx, []outbox.StartRequest{good})
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second start = %v, %v; want none (claim already consumed)", again, err)
+	}
+}
+
+func TestStartNeverLoadsAnotherTenantsOrLocationsOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	otherOrg := b.f.NewID(t)
+	foreignPO := b.f.PurchaseOrder(t, otherOrg, "", 1)
+	locA, locB := b.f.NewID(t), b.f.NewID(t)
+	locConn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: b.org, LocationID: locA})
+	poAtB := b.f.PurchaseOrder(t, b.org, locB, 1)
+	poAtA := b.f.PurchaseOrder(t, b.org, locA, 1)
+	foreignConn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: otherOrg})
+	cases := map[string]struct {
+		id       string
+		wantPO   bool
+		wantConn bool
+	}{
+		"other org's order":      {b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: foreignPO}), false, true},
+		"other location's order": {b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: locConn, EntityID: poAtB}), false, true},
+		"same location's order":  {b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: locConn, EntityID: poAtA}), true, true},
+		"other org's connection": {b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: foreignConn, EntityID: b.po}), true, false},
+	}
+	claims, err := b.store.Claim(ctx, params(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []outbox.StartRequest
+	for _, c := range claims {
+		reqs = append(reqs, outbox.StartRequest{OutboxID: c.ID, OrganizationID: c.OrganizationID, ClaimToken: c.ClaimToken})
+	}
+	jobs, err := b.store.Start(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]outbox.Job{}
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	for name, tc := range cases {
+		j, ok := byID[tc.id]
+		if !ok {
+			t.Fatalf("%s: not started", name)
+		}
+		if (j.PurchaseOrder != nil) != tc.wantPO || (j.Connection != nil) != tc.wantConn {
+			t.Errorf("%s: po loaded=%v conn loaded=%v, want %v %v", name, j.PurchaseOrder != nil, j.Connection != nil, tc.wantPO, tc.wantConn)
+		}
+	}
+}
+
+func TestRecordIsFencedByTheClaimTokenAndOpensOneConflict(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	claims, _ := b.store.Claim(ctx, params(1))
+	c := claims[0]
+	if _, err := b.store.Start(ctx, []outbox.StartRequest{{OutboxID: id, OrganizationID: b.org, ClaimToken: c.ClaimToken}}); err != nil {
+		t.Fatal(err)
+	}
+	dead := outbox.Outcome{OutboxID: id, OrganizationID: b.org, ClaimToken: b.f.NewID(t), Status: "dead_letter",
+		LastError: "x", ConflictType: "provider_rejected", ConflictSummary: "s"}
+	got, err := b.store.Record(ctx, []outbox.Outcome{dead})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("stale token recorded: %v %v", got, err)
+	}
+	dead.ClaimToken = c.ClaimToken
+	if got, err = b.store.Record(ctx, []outbox.Outcome{dead, dead}); err != nil || len(got) != 1 {
+		t.Fatalf("record = %v, %v; want 1", got, err)
+	}
+	if n := b.f.Count(t, `select count(*) from external_integration_conflicts where outbox_id = $1`, id); n != 1 {
+		t.Errorf("%d conflicts, want 1", n)
+	}
+	if got, err = b.store.Record(ctx, []outbox.Outcome{dead}); err != nil || len(got) != 0 {
+		t.Fatalf("second record of a finished row = %v, %v; want none", got, err)
+	}
+}
+
+func TestReleasePutsRowsBackWithoutConsumingTheAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po, Status: "failed", AttemptCount: 2})
+	claims, _ := b.store.Claim(ctx, params(1))
+	n, err := b.store.Release(ctx, claims)
+	if err != nil || n != 1 {
+		t.Fatalf("release = %d %v", n, err)
+	}
+	r := b.f.Row(t, id)
+	if r.Status != "queued" || r.AttemptCount != 2 || r.ClaimToken != nil || r.LeaseExpiresAt != nil || r.NextAttemptAt != nil {
+		t.Errorf("released row = %+v", r)
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,148 @@
+// Package provider defines what an external provider can do, a registry keyed
+// by the connection's provider name, and the shipped providers: webhook and
+// sandbox.
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"integration-outbox/internal/credential"
+)
+
+// Capabilities says which commands a provider supports.
+type Capabilities struct {
+	PurchaseOrders bool
+}
+
+// Connection is the integration connection a command goes through.
+type Connection struct {
+	ID             string
+	OrganizationID string
+	LocationID     string // empty when the connection is not location scoped
+	Provider       string
+	Config         json.RawMessage // config_json
+}
+
+// PurchaseOrderPush is one push_purchase_order command.
+type PurchaseOrderPush struct {
+	CommandType        string
+	IdempotencyKey     string
+	ExternalSupplierID string
+	// PurchaseOrder is the order's columns in camelCase plus "items" (the
+	// seed's line objects), ready to be sent as JSON.
+	PurchaseOrder json.RawMessage
+}
+
+// Result statuses as a provider reports them. Anything other than completed
+// or uncertain (e.g. accepted) leaves the row processing with its
+// provider_status recorded.
+const (
+	StatusCompleted = "completed"
+	StatusAccepted  = "accepted"
+	StatusUncertain = "uncertain"
+)
+
+// Result is a provider's answer to a command it took.
+type Result struct {
+	Status     string
+	ExternalID string // provider_reference; may be empty
+}
+
+// Provider is one external system.
+type Provider interface {
+	Capabilities() Capabilities
+	PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error)
+}
+
+// ErrorKind classifies a provider failure where it is born.
+type ErrorKind int
+
+const (
+	// Retryable: 408/429/5xx, network errors, timeouts.
+	Retryable ErrorKind = iota + 1
+	// Rejected: a 4xx other than 408/409/429 — permanent, conflict provider_rejected.
+	Rejected
+	// ConfigInvalid: the connection's config_json is unusable — permanent,
+	// conflict configuration_invalid.
+	ConfigInvalid
+	// PayloadInvalid: the command's payload cannot be sent — permanent,
+	// conflict payload_invalid.
+	PayloadInvalid
+)
+
+func (k ErrorKind) String() string {
+	switch k {
+	case Retryable:
+		return "retryable"
+	case Rejected:
+		return "rejected"
+	case ConfigInvalid:
+		return "config_invalid"
+	case PayloadInvalid:
+		return "payload_invalid"
+	}
+	return fmt.Sprintf("ErrorKind(%d)", int(k))
+}
+
+// Error is a classified provider failure.
+type Error struct {
+	Kind ErrorKind
+	// StatusCode is the HTTP status when there was a response, else 0.
+	StatusCode int
+	// RetryAfter is the provider's Retry-After, when it sent one.
+	RetryAfter time.Duration
+	// AuthFailed is set for 401/403 answers: the caller refreshes the
+	// credential once and retries.
+	AuthFailed bool
+	// Message says what happened; it may quote the response body (truncated)
+	// and must never contain a secret value.
+	Message string
+	Err     error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrUnknownProvider is returned by Registry.Get for a name nobody registered.
+var ErrUnknownProvider = errors.New("unknown provider")
+
+// Registry maps a connection's provider name to its implementation.
+type Registry map[string]Provider
+
+// Provider names, as integration_connections.provider holds them.
+const (
+	NameWebhook = "webhook"
+	NameSandbox = "sandbox"
+)
+
+// NewRegistry returns the shipped providers keyed by name; a nil provider is
+// left out.
+func NewRegistry(webhook *Webhook, sandbox *Sandbox) Registry {
+	r := Registry{}
+	if webhook != nil {
+		r[NameWebhook] = webhook
+	}
+	if sandbox != nil {
+		r[NameSandbox] = sandbox
+	}
+	return r
+}
+
+// Get returns the provider registered under name.
+func (r Registry) Get(name string) (Provider, error) {
+	p, ok := r[name]
+	if !ok {
+		return nil, fmt.Errorf("provider %q: %w", name, ErrUnknownProvider)
+	}
+	return p, nil
+}

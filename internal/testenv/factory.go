@@ -1,0 +1,180 @@
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Fixture is a migrated test database with a factory for its rows.
+type Fixture struct {
+	Pool *pgxpool.Pool
+	URL  string
+}
+
+// NewID returns a random uuid from the database.
+func (f *Fixture) NewID(t testing.TB) string {
+	t.Helper()
+	var id string
+	if err := f.Pool.QueryRow(context.Background(), `select gen_random_uuid()::text`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// ConnectionOpts describes an integration connection.
+type ConnectionOpts struct {
+	OrganizationID      string
+	LocationID          string // empty: not location scoped
+	Provider            string // default "sandbox"
+	CredentialReference string
+	Config              any // marshalled to config_json; default {}
+}
+
+// Connection inserts an integration connection and returns its id.
+func (f *Fixture) Connection(t testing.TB, o ConnectionOpts) string {
+	t.Helper()
+	if o.Provider == "" {
+		o.Provider = "sandbox"
+	}
+	cfg := []byte("{}")
+	if o.Config != nil {
+		var err error
+		if cfg, err = json.Marshal(o.Config); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var id string
+	err := f.Pool.QueryRow(context.Background(), `
+		insert into integration_connections (organization_id, location_id, provider, credential_reference, config_json)
+		values ($1, nullif($2, '')::uuid, $3, nullif($4, ''), $5) returning id::text`,
+		o.OrganizationID, o.LocationID, o.Provider, o.CredentialReference, cfg).Scan(&id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// PurchaseOrder inserts a purchase order with n lines and returns its id.
+func (f *Fixture) PurchaseOrder(t testing.TB, organizationID, locationID string, lines int) string {
+	t.Helper()
+	ctx := context.Background()
+	var id string
+	err := f.Pool.QueryRow(ctx, `
+		insert into purchase_orders (organization_id, location_id, order_number, status, currency_code)
+		values ($1, nullif($2, '')::uuid, 'PO-' || substr(md5(random()::text), 1, 6), 'approved', 'EUR')
+		returning id::text`, organizationID, locationID).Scan(&id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range lines {
+		_, err := f.Pool.Exec(ctx, `
+			insert into purchase_order_lines (purchase_order_id, stock_item_id, ordered_quantity, purchase_unit_code,
+				normalized_unit_code, units_per_purchase_unit_snapshot, unit_price_minor_snapshot, created_at)
+			values ($1, gen_random_uuid(), $2::int, 'case', 'each', 12, 1999, now() + make_interval(secs => $2::int))`, id, i+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return id
+}
+
+// CommandOpts describes an outbox row. Zero fields get seed-like defaults.
+type CommandOpts struct {
+	OrganizationID string
+	ConnectionID   string
+	Provider       string // default "sandbox"
+	CommandType    string // default push_purchase_order
+	EntityID       string // the purchase order
+	Payload        any    // default {"externalSupplierId": "SUP-1"}
+	IdempotencyKey string // default a random one
+	Status         string // default queued
+	AttemptCount   int
+	NextAttemptAt  *time.Time
+	CreatedAt      time.Time // default now()
+}
+
+// Command inserts an outbox row and returns its id.
+func (f *Fixture) Command(t testing.TB, o CommandOpts) string {
+	t.Helper()
+	if o.Provider == "" {
+		o.Provider = "sandbox"
+	}
+	if o.CommandType == "" {
+		o.CommandType = "push_purchase_order"
+	}
+	if o.Payload == nil {
+		o.Payload = map[string]any{"externalSupplierId": "SUP-1"}
+	}
+	if o.Status == "" {
+		o.Status = "queued"
+	}
+	payload, err := json.Marshal(o.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created any
+	if !o.CreatedAt.IsZero() {
+		created = o.CreatedAt
+	}
+	var id string
+	err = f.Pool.QueryRow(context.Background(), `
+		insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+			local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count, next_attempt_at, created_at)
+		values ($1, $2, $3, $4, 'purchase_order', nullif($5, '')::uuid, $6,
+			coalesce(nullif($7, ''), 'idem-' || gen_random_uuid()), $8, $9, $10, coalesce($11, now()))
+		returning id::text`,
+		o.OrganizationID, o.ConnectionID, o.Provider, o.CommandType, o.EntityID, payload, o.IdempotencyKey,
+		o.Status, o.AttemptCount, o.NextAttemptAt, created).Scan(&id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// Row is an outbox row as tests inspect it.
+type Row struct {
+	ID                string
+	Status            string
+	AttemptCount      int
+	NextAttemptAt     *time.Time
+	LastError         *string
+	ProviderReference *string
+	ProviderStatus    *string
+	CompletedAt       *time.Time
+	ClaimToken        *string
+	LeaseExpiresAt    *time.Time
+	StartedAt         *time.Time
+	// RetryInSeconds is next_attempt_at - now() in seconds, when set.
+	RetryInSeconds *float64
+}
+
+// Row reads one outbox row.
+func (f *Fixture) Row(t testing.TB, id string) Row {
+	t.Helper()
+	var r Row
+	err := f.Pool.QueryRow(context.Background(), `
+		select id::text, status, attempt_count, next_attempt_at, last_error, provider_reference, provider_status,
+			completed_at, claim_token::text, lease_expires_at, started_at,
+			extract(epoch from next_attempt_at - now())::float8
+		from external_integration_outbox where id = $1`, id).Scan(
+		&r.ID, &r.Status, &r.AttemptCount, &r.NextAttemptAt, &r.LastError, &r.ProviderReference, &r.ProviderStatus,
+		&r.CompletedAt, &r.ClaimToken, &r.LeaseExpiresAt, &r.StartedAt, &r.RetryInSeconds)
+	if err != nil {
+		t.Fatalf("reading outbox row %s: %v", id, err)
+	}
+	return r
+}
+
+// Count runs a count(*) query.
+func (f *Fixture) Count(t testing.TB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := f.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
