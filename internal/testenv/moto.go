@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
 // Moto is a running moto_server: real SQS and Secrets Manager wire APIs.
@@ -98,4 +101,17 @@ func (m *Moto) Restart() error {
 		return fmt.Errorf("moto_server not found: %w", err)
 	}
 	return m.start(bin)
+}
+
+// AWSConfig returns an SDK config that talks to this moto_server with test
+// credentials in us-east-1, retrying little so that fault tests stay quick.
+func (m *Moto) AWSConfig() aws.Config {
+	return aws.Config{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(m.URL),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test", Source: "testenv"}, nil
+		}),
+		RetryMaxAttempts: 2,
+	}
 }

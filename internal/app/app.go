@@ -1,0 +1,157 @@
+// Package app is the composition root: it builds the handlers of every
+// function from the configuration, once per container. functions/*/main.go,
+// the demo and the benchmarks all assemble the pipeline through it.
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"integration-outbox/internal/config"
+	"integration-outbox/internal/credential"
+	"integration-outbox/internal/dispatch"
+	"integration-outbox/internal/logging"
+	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/provider"
+	"integration-outbox/internal/push"
+)
+
+// App holds what one container builds once.
+type App struct {
+	Config config.Config
+	Logger *slog.Logger
+	Pool   *pgxpool.Pool
+	AWS    aws.Config
+}
+
+// New reads the configuration through getenv and connects: the database pool
+// (sized for one invocation) and the AWS SDK config (AWS_ENDPOINT_URL and
+// AWS_REGION point it at a local emulator).
+func New(ctx context.Context, getenv func(string) string, logOut io.Writer, need config.Need) (*App, error) {
+	cfg, err := config.Load(getenv, need)
+	if err != nil {
+		return nil, err
+	}
+	log := logging.New(logOut, cfg.LogLevel)
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("loading AWS config: %w", err)
+	}
+	if cfg.AWSRegion == "" {
+		cfg.AWSRegion = awsCfg.Region
+	}
+	dbURL := cfg.DatabaseURL
+	if dbURL == "" {
+		if dbURL, err = databaseURLFromSecret(ctx, secretsmanager.NewFromConfig(awsCfg), cfg.DatabaseSecretARN); err != nil {
+			return nil, err
+		}
+	}
+	poolCfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("config: DATABASE_URL: %w", redactURLError(err))
+	}
+	poolCfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating database pool: %w", err)
+	}
+	return &App{Config: cfg, Logger: log, Pool: pool, AWS: awsCfg}, nil
+}
+
+// Close releases the pool.
+func (a *App) Close() { a.Pool.Close() }
+
+// Routes is the command → queue routing table.
+func (a *App) Routes() dispatch.Routes {
+	return dispatch.Routes{push.CommandType: a.Config.PushPurchaseOrderQueueURL}
+}
+
+// Dispatcher builds the dispatch handler.
+func (a *App) Dispatcher(sender dispatch.Sender) (*dispatch.Dispatcher, error) {
+	if sender == nil {
+		sender = sqs.NewFromConfig(a.AWS)
+	}
+	return dispatch.New(outbox.NewStore(a.Pool), sender, dispatch.Config{
+		Routes: a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
+		MaxAttempts: a.Config.MaxAttempts, Lease: a.Config.Lease, Logger: a.Logger,
+	})
+}
+
+// Providers builds the provider registry.
+func (a *App) Providers() provider.Registry {
+	return provider.NewRegistry(
+		provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Timeout: a.Config.ProviderTimeout}),
+		provider.NewSandbox(provider.SandboxConfig{}),
+	)
+}
+
+// Credentials builds the Secrets Manager resolver with its cache.
+func (a *App) Credentials() (*credential.Resolver, error) {
+	ttl := a.Config.CredentialCacheTTL
+	if ttl == 0 { // CREDENTIAL_CACHE_TTL=0 turns the cache off
+		ttl = -1
+	}
+	return credential.NewResolver(secretsmanager.NewFromConfig(a.AWS), credential.ResolverConfig{
+		Prefix: a.Config.CredentialReferencePrefix, Region: a.Config.AWSRegion, TTL: ttl, Logger: a.Logger,
+	})
+}
+
+// PushWorker builds the push_purchase_order handler.
+func (a *App) PushWorker(creds push.Credentials) (*push.Worker, error) {
+	if creds == nil {
+		r, err := a.Credentials()
+		if err != nil {
+			return nil, err
+		}
+		creds = r
+	}
+	return push.New(outbox.NewStore(a.Pool), creds, push.Config{
+		Providers: a.Providers(), Concurrency: a.Config.PushConcurrency, MaxAttempts: a.Config.MaxAttempts,
+		ProviderTimeout: a.Config.ProviderTimeout, Logger: a.Logger,
+	})
+}
+
+// rdsSecret is the JSON of an RDS-managed database secret.
+type rdsSecret struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	DBName   string `json:"dbname"`
+}
+
+func databaseURLFromSecret(ctx context.Context, sm *secretsmanager.Client, arn string) (string, error) {
+	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn), VersionStage: aws.String("AWSCURRENT")})
+	if err != nil {
+		return "", fmt.Errorf("config: DATABASE_SECRET_ARN: reading the secret: %w", err)
+	}
+	var s rdsSecret
+	if err := json.Unmarshal([]byte(aws.ToString(out.SecretString)), &s); err != nil {
+		return "", fmt.Errorf("config: DATABASE_SECRET_ARN: the secret is not RDS secret JSON")
+	}
+	if s.Username == "" || s.Host == "" {
+		return "", fmt.Errorf("config: DATABASE_SECRET_ARN: the secret lacks username or host")
+	}
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(s.Username, s.Password),
+		Host: s.Host + ":" + strconv.Itoa(max(s.Port, 0)), Path: "/" + s.DBName, RawQuery: "sslmode=require"}
+	if s.Port == 0 {
+		u.Host = s.Host + ":5432"
+	}
+	return u.String(), nil
+}
+
+// redactURLError keeps a password in a malformed DATABASE_URL out of logs.
+func redactURLError(err error) error {
+	return fmt.Errorf("malformed connection string (%T)", err)
+}

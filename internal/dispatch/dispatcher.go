@@ -1,0 +1,270 @@
+// Package dispatch claims due outbox rows in batches and fans out one SQS
+// message per command to the queue its command type routes to.
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"golang.org/x/sync/errgroup"
+
+	"integration-outbox/internal/logging"
+	"integration-outbox/internal/message"
+	"integration-outbox/internal/outbox"
+)
+
+// Store is what the dispatcher needs of the outbox.
+type Store interface {
+	DeadLetterExpired(ctx context.Context, maxAttempts int) (int, error)
+	Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Claim, error)
+	Release(ctx context.Context, claims []outbox.Claim) (int, error)
+	MarkUnsupported(ctx context.Context, claims []outbox.Claim, reason string) (int, error)
+}
+
+// Sender sends message batches (an *sqs.Client).
+type Sender interface {
+	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
+}
+
+// Routes maps a command type to the URL of the queue its function consumes.
+// Adding a command type is one entry here (plus its function and queue).
+type Routes map[string]string
+
+// Config configures a Dispatcher.
+type Config struct {
+	Routes      Routes
+	BatchSize   int           // CLAIM_BATCH_SIZE
+	MaxPerRun   int           // DISPATCH_MAX_PER_RUN
+	MaxAttempts int           // MAX_ATTEMPTS
+	Lease       time.Duration // LEASE_SECONDS
+	// Reserve is the time left before the invocation's deadline at which a
+	// run stops claiming (default 10s).
+	Reserve time.Duration
+	Logger  *slog.Logger
+}
+
+// Dispatcher runs dispatch invocations.
+type Dispatcher struct {
+	store  Store
+	sender Sender
+	cfg    Config
+}
+
+// New returns a dispatcher.
+func New(store Store, sender Sender, cfg Config) (*Dispatcher, error) {
+	if len(cfg.Routes) == 0 {
+		return nil, errors.New("dispatch: no command routes configured")
+	}
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, 50)
+	cfg.MaxPerRun = cmp.Or(cfg.MaxPerRun, 5000)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
+	cfg.Lease = cmp.Or(cfg.Lease, 900*time.Second)
+	cfg.Reserve = cmp.Or(cfg.Reserve, 10*time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	return &Dispatcher{store: store, sender: sender, cfg: cfg}, nil
+}
+
+// Summary is a dispatch invocation's output (contract).
+type Summary struct {
+	Claimed     int `json:"claimed"`
+	Dispatched  int `json:"dispatched"`
+	Unsupported int `json:"unsupported"`
+	Released    int `json:"released"`
+}
+
+// Handle is the Lambda entry point: it parses the event and runs.
+func (d *Dispatcher) Handle(ctx context.Context, raw json.RawMessage) (Summary, error) {
+	req, err := ParseEvent(raw)
+	if err != nil {
+		return Summary{}, err
+	}
+	return d.Run(ctx, req)
+}
+
+// Run claims batch after batch until nothing is due, the limit (or
+// DISPATCH_MAX_PER_RUN) is reached or the time budget runs out, and sends one
+// message per claimed command. A row whose message could not be sent is put
+// back at once; the run then stops.
+func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
+	log := logging.ForRequest(ctx, d.cfg.Logger)
+	var s Summary
+	if n, err := d.store.DeadLetterExpired(ctx, d.cfg.MaxAttempts); err != nil {
+		return s, err
+	} else if n > 0 {
+		log.WarnContext(ctx, "expired leases with no attempts left moved to dead_letter", "count", n)
+	}
+	limit := cmp.Or(req.Limit, d.cfg.MaxPerRun)
+	if req.IDs != nil {
+		limit = min(limit, len(req.IDs))
+	}
+	for s.Claimed < limit {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d.cfg.Reserve {
+			log.InfoContext(ctx, "dispatch time budget reached", "claimed", s.Claimed)
+			break
+		}
+		want := min(d.cfg.BatchSize, limit-s.Claimed)
+		claims, err := d.store.Claim(ctx, outbox.ClaimParams{
+			Limit: want, MaxAttempts: d.cfg.MaxAttempts, Lease: d.cfg.Lease,
+			OrganizationID: req.OrganizationID, IDs: req.IDs,
+		})
+		if err != nil {
+			return s, err
+		}
+		s.Claimed += len(claims)
+		done, err := d.dispatchBatch(ctx, log, claims, &s)
+		if err != nil || done || len(claims) < want {
+			logSummary(ctx, log, s, err)
+			return s, err
+		}
+	}
+	logSummary(ctx, log, s, nil)
+	return s, nil
+}
+
+func logSummary(ctx context.Context, log *slog.Logger, s Summary, err error) {
+	level := slog.LevelInfo
+	if err != nil || s.Released > 0 {
+		level = slog.LevelError
+	}
+	log.Log(ctx, level, "dispatch run finished", "claimed", s.Claimed, "dispatched", s.Dispatched,
+		"unsupported", s.Unsupported, "released", s.Released, "error", errString(err))
+}
+
+// dispatchBatch routes one claimed batch. stop is set when a send failed:
+// the failed rows were released and the run must not claim them again.
+func (d *Dispatcher) dispatchBatch(ctx context.Context, log *slog.Logger, claims []outbox.Claim, s *Summary) (stop bool, err error) {
+	byQueue := map[string][]outbox.Claim{}
+	var unrouted []outbox.Claim
+	for _, c := range claims {
+		if c.Reclaimed {
+			log.WarnContext(ctx, "lease expired; row claimed again", "outboxId", c.ID,
+				"organizationId", c.OrganizationID, "attempt", c.AttemptCount)
+		}
+		if q, ok := d.cfg.Routes[c.CommandType]; ok {
+			byQueue[q] = append(byQueue[q], c)
+		} else {
+			unrouted = append(unrouted, c)
+		}
+	}
+	if len(unrouted) > 0 {
+		n, err := d.store.MarkUnsupported(ctx, unrouted, "unsupported command type: no queue routes it")
+		if err != nil {
+			return true, err
+		}
+		s.Unsupported += n
+		for _, c := range unrouted {
+			log.WarnContext(ctx, "unsupported command type", "outboxId", c.ID,
+				"organizationId", c.OrganizationID, "commandType", c.CommandType)
+		}
+	}
+	sent, failed, sendErr := d.send(ctx, byQueue)
+	s.Dispatched += sent
+	if len(failed) == 0 {
+		return false, nil
+	}
+	// Put the rows back even if ctx is done: no row may wait out its lease
+	// because a send failed.
+	released, err := d.store.Release(context.WithoutCancel(ctx), failed)
+	s.Released += released
+	for _, c := range failed {
+		log.ErrorContext(ctx, "message not sent; row released", "outboxId", c.ID, "organizationId", c.OrganizationID)
+	}
+	if err != nil {
+		return true, errors.Join(sendErr, err)
+	}
+	if sent == 0 && sendErr != nil {
+		return true, fmt.Errorf("sending %d messages: %w", len(failed), sendErr)
+	}
+	return true, nil
+}
+
+// send sends the claims in batches of ten, the batches concurrently. It
+// returns how many were sent, the claims that were not, and the last
+// whole-call error.
+func (d *Dispatcher) send(ctx context.Context, byQueue map[string][]outbox.Claim) (int, []outbox.Claim, error) {
+	var (
+		mu      sync.Mutex
+		sent    int
+		failed  []outbox.Claim
+		lastErr error
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(5)
+	for queue, claims := range byQueue {
+		for chunk := range slices.Chunk(claims, 10) {
+			g.Go(func() error {
+				ok, bad, err := d.sendBatch(gctx, queue, chunk)
+				mu.Lock()
+				defer mu.Unlock()
+				sent += ok
+				failed = append(failed, bad...)
+				if err != nil {
+					lastErr = err
+				}
+				return nil
+			})
+		}
+	}
+	g.Wait()
+	return sent, failed, lastErr
+}
+
+func (d *Dispatcher) sendBatch(ctx context.Context, queue string, claims []outbox.Claim) (int, []outbox.Claim, error) {
+	entries := make([]types.SendMessageBatchRequestEntry, 0, len(claims))
+	byID := make(map[string]outbox.Claim, len(claims))
+	for _, c := range claims {
+		body, err := message.Message{OutboxID: c.ID, OrganizationID: c.OrganizationID, ConnectionID: c.ConnectionID,
+			CommandType: c.CommandType, ClaimToken: c.ClaimToken}.Encode()
+		if err != nil {
+			return 0, claims, err
+		}
+		entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(c.ID), MessageBody: aws.String(body)})
+		byID[c.ID] = c
+	}
+	out, err := d.sender.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(queue), Entries: entries})
+	if err != nil {
+		d.cfg.Logger.ErrorContext(ctx, "SendMessageBatch failed", "queue", queue, "count", len(claims), "error", err.Error())
+		return 0, claims, fmt.Errorf("SendMessageBatch to %s: %w", queue, err)
+	}
+	var failed []outbox.Claim
+	for _, f := range out.Failed {
+		c, ok := byID[aws.ToString(f.Id)]
+		if !ok {
+			continue
+		}
+		failed = append(failed, c)
+		delete(byID, c.ID)
+		d.cfg.Logger.ErrorContext(ctx, "SendMessageBatch entry failed", "queue", queue, "outboxId", c.ID,
+			"organizationId", c.OrganizationID, "code", aws.ToString(f.Code), "senderFault", f.SenderFault)
+	}
+	// Anything neither successful nor failed was not confirmed: release it too
+	// rather than let it wait out its lease.
+	sent := 0
+	for _, ok := range out.Successful {
+		if _, found := byID[aws.ToString(ok.Id)]; found {
+			delete(byID, aws.ToString(ok.Id))
+			sent++
+		}
+	}
+	for _, c := range byID {
+		failed = append(failed, c)
+	}
+	return sent, failed, nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

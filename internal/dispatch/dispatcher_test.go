@@ -1,0 +1,250 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"integration-outbox/internal/dispatch"
+	"integration-outbox/internal/message"
+	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/testenv"
+)
+
+var (
+	pg   *testenv.Postgres
+	moto *testenv.Moto
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if pg, err = testenv.StartPostgres(); err != nil {
+		panic(err)
+	}
+	if moto, err = testenv.StartMoto(); err != nil {
+		pg.Stop()
+		panic(err)
+	}
+	code := m.Run()
+	moto.Stop()
+	pg.Stop()
+	os.Exit(code)
+}
+
+var queueSeq atomic.Int64
+
+type bundle struct {
+	f     *testenv.Fixture
+	sqs   *sqs.Client
+	queue string
+	org   string
+	conn  string
+	po    string
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	f := pg.NewDB(t)
+	client := sqs.NewFromConfig(moto.AWSConfig())
+	out, err := client.CreateQueue(context.Background(), &sqs.CreateQueueInput{
+		QueueName: aws.String(fmt.Sprintf("push-%d-%d", os.Getpid(), queueSeq.Add(1)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	org := f.NewID(t)
+	return bundle{f: f, sqs: client, queue: aws.ToString(out.QueueUrl), org: org,
+		conn: f.Connection(t, testenv.ConnectionOpts{OrganizationID: org}), po: f.PurchaseOrder(t, org, "", 1)}
+}
+
+func (b bundle) dispatcher(t *testing.T, sender dispatch.Sender, batch int) *dispatch.Dispatcher {
+	t.Helper()
+	if sender == nil {
+		sender = b.sqs
+	}
+	d, err := dispatch.New(outbox.NewStore(b.f.Pool), sender, dispatch.Config{
+		Routes: dispatch.Routes{"push_purchase_order": b.queue}, BatchSize: batch, MaxPerRun: 5000,
+		MaxAttempts: 10, Lease: 15 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (b bundle) commands(t *testing.T, n int, opts testenv.CommandOpts) []string {
+	t.Helper()
+	opts.OrganizationID = b.org
+	opts.ConnectionID = b.conn
+	opts.EntityID = b.po
+	var ids []string
+	for range n {
+		ids = append(ids, b.f.Command(t, opts))
+	}
+	return ids
+}
+
+func (b bundle) receiveAll(t *testing.T) []message.Message {
+	t.Helper()
+	var out []message.Message
+	for {
+		resp, err := b.sqs.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(b.queue), MaxNumberOfMessages: 10, VisibilityTimeout: 300})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Messages) == 0 {
+			return out
+		}
+		for _, m := range resp.Messages {
+			msg, err := message.Decode(aws.ToString(m.Body))
+			if err != nil {
+				t.Fatalf("message body %s: %v", aws.ToString(m.Body), err)
+			}
+			out = append(out, msg)
+		}
+	}
+}
+
+func TestScheduledRunClaimsEverythingDueAndSendsOneMessageEach(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.commands(t, 23, testenv.CommandOpts{})
+	unknown := b.commands(t, 2, testenv.CommandOpts{CommandType: "push_invoice"})
+	s, err := b.dispatcher(t, nil, 5).Handle(context.Background(), json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s != (dispatch.Summary{Claimed: 25, Dispatched: 23, Unsupported: 2}) {
+		t.Fatalf("summary %+v", s)
+	}
+	msgs := b.receiveAll(t)
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		r := b.f.Row(t, m.OutboxID)
+		if m.OrganizationID != b.org || m.ConnectionID != b.conn || m.CommandType != "push_purchase_order" ||
+			r.ClaimToken == nil || *r.ClaimToken != m.ClaimToken || r.Status != "processing" {
+			t.Errorf("message %+v for row %+v", m, r)
+		}
+		seen[m.OutboxID] = true
+	}
+	if len(msgs) != 23 || len(seen) != 23 {
+		t.Errorf("%d messages for %d rows, want 23 distinct", len(msgs), len(seen))
+	}
+	for _, id := range ids {
+		if !seen[id] {
+			t.Errorf("row %s not sent", id)
+		}
+	}
+	for _, id := range unknown {
+		if r := b.f.Row(t, id); r.Status != "unsupported" || r.LastError == nil {
+			t.Errorf("unknown command row %+v", r)
+		}
+	}
+}
+
+func TestConsoleLimitAndOrganization(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.commands(t, 30, testenv.CommandOpts{})
+	other := b.f.NewID(t)
+	otherConn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: other})
+	b.f.Command(t, testenv.CommandOpts{OrganizationID: other, ConnectionID: otherConn, EntityID: b.po})
+	d := b.dispatcher(t, nil, 50)
+	s, err := d.Handle(context.Background(), json.RawMessage(`{"limit": 7}`))
+	if err != nil || s.Claimed != 7 || s.Dispatched != 7 {
+		t.Fatalf("limit 7: %+v %v", s, err)
+	}
+	s, err = d.Handle(context.Background(), json.RawMessage(fmt.Sprintf(`{"limit": 100, "organizationId": %q}`, other)))
+	if err != nil || s.Claimed != 1 {
+		t.Fatalf("tenant run: %+v %v", s, err)
+	}
+	if _, err := d.Handle(context.Background(), json.RawMessage(`{"limit": 0}`)); err == nil || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("limit 0: %v", err)
+	}
+}
+
+// partialSender forwards to real SQS but reports every other entry failed,
+// the way SendMessageBatch reports per-entry failures.
+type partialSender struct {
+	real *sqs.Client
+	all  bool
+}
+
+func (p partialSender) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, o ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	if p.all {
+		return nil, fmt.Errorf("injected: SQS unreachable")
+	}
+	var keep []types.SendMessageBatchRequestEntry
+	var failed []types.BatchResultErrorEntry
+	for i, e := range in.Entries {
+		if i%2 == 1 {
+			failed = append(failed, types.BatchResultErrorEntry{Id: e.Id, Code: aws.String("InternalError"), SenderFault: false})
+		} else {
+			keep = append(keep, e)
+		}
+	}
+	out, err := p.real.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: in.QueueUrl, Entries: keep}, o...)
+	if err != nil {
+		return nil, err
+	}
+	out.Failed = append(out.Failed, failed...)
+	return out, nil
+}
+
+func TestSendFailuresPutTheRowsBackAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.commands(t, 10, testenv.CommandOpts{})
+	s, err := b.dispatcher(t, partialSender{real: b.sqs}, 50).Run(context.Background(), dispatch.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Claimed != 10 || s.Dispatched != 5 || s.Released != 5 {
+		t.Fatalf("partial failure summary %+v", s)
+	}
+	sent := map[string]bool{}
+	for _, m := range b.receiveAll(t) {
+		sent[m.OutboxID] = true
+	}
+	for _, id := range ids {
+		r := b.f.Row(t, id)
+		if sent[id] {
+			if r.Status != "processing" {
+				t.Errorf("sent row %s is %s", id, r.Status)
+			}
+			continue
+		}
+		if r.Status != "queued" || r.AttemptCount != 0 || r.LeaseExpiresAt != nil || r.ClaimToken != nil {
+			t.Errorf("unsent row not put back: %+v", r)
+		}
+	}
+
+	// Full failure: the run errors and every claimed row is back.
+	b2 := setup(t)
+	ids2 := b2.commands(t, 4, testenv.CommandOpts{})
+	s, err = b2.dispatcher(t, partialSender{all: true}, 50).Run(context.Background(), dispatch.Request{})
+	if err == nil || s.Released != 4 || s.Dispatched != 0 {
+		t.Fatalf("full failure: %+v %v", s, err)
+	}
+	for _, id := range ids2 {
+		if r := b2.f.Row(t, id); r.Status != "queued" || r.AttemptCount != 0 {
+			t.Errorf("row after full failure: %+v", r)
+		}
+	}
+	// A queue that does not exist is a real SQS error.
+	b3 := setup(t)
+	b3.commands(t, 2, testenv.CommandOpts{})
+	b3.queue = b3.queue + "-missing"
+	s, err = b3.dispatcher(t, nil, 50).Run(context.Background(), dispatch.Request{})
+	if err == nil || s.Released != 2 {
+		t.Fatalf("missing queue: %+v %v", s, err)
+	}
+}

@@ -1,0 +1,62 @@
+// Package message is the SQS body the dispatcher sends and the command
+// functions receive: one message per claimed command.
+package message
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+
+	"integration-outbox/internal/strictjson"
+)
+
+// Message is the body of one command message (contract).
+type Message struct {
+	OutboxID       string `json:"outboxId"`
+	OrganizationID string `json:"organizationId"`
+	ConnectionID   string `json:"connectionId"`
+	CommandType    string `json:"commandType"`
+	ClaimToken     string `json:"claimToken"`
+}
+
+// Encode renders the message body.
+func (m Message) Encode() (string, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("encoding message for outbox row %s: %w", m.OutboxID, err)
+	}
+	return string(b), nil
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// IsUUID reports whether s is a canonical textual uuid.
+func IsUUID(s string) bool { return uuidRE.MatchString(s) }
+
+// Decode parses and validates a message body: case-sensitive keys, no
+// unknown keys, every id a uuid, a command type present.
+func Decode(body string) (Message, error) {
+	var m Message
+	if err := strictjson.Decode([]byte(body), &m); err != nil {
+		return Message{}, fmt.Errorf("message body: %w", err)
+	}
+	for _, f := range []struct{ name, value string }{
+		{"outboxId", m.OutboxID}, {"organizationId", m.OrganizationID},
+		{"connectionId", m.ConnectionID}, {"claimToken", m.ClaimToken},
+	} {
+		if !IsUUID(f.value) {
+			return Message{}, fmt.Errorf("message body: %s: must be a uuid, got %q", f.name, truncate(f.value, 64))
+		}
+	}
+	if m.CommandType == "" {
+		return Message{}, fmt.Errorf("message body: commandType: is required")
+	}
+	return m, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,49 @@
+package message
+
+import (
+	"strings"
+	"testing"
+)
+
+const good = `{"outboxId":"0b6e2c55-2b0c-4d8e-9a43-5f1f0c1d2e3f","organizationId":"11111111-1111-4111-8111-111111111111","connectionId":"22222222-2222-4222-8222-222222222222","commandType":"push_purchase_order","claimToken":"33333333-3333-4333-8333-333333333333"}`
+
+func TestRoundTrip(t *testing.T) {
+	m, err := Decode(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := m.Encode()
+	if err != nil || body != good {
+		t.Fatalf("Encode = %s, %v; want the same bytes back", body, err)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`not json`, "payload: must be a JSON object"},
+		{strings.Replace(good, `"outboxId"`, `"OutboxId"`, 1), "OutboxId: unknown field"},
+		{strings.Replace(good, `0b6e2c55-2b0c-4d8e-9a43-5f1f0c1d2e3f`, `1; drop table x`, 1), "outboxId: must be a uuid"},
+		{strings.Replace(good, `"claimToken":"33333333-3333-4333-8333-333333333333"`, `"claimToken":""`, 1), "claimToken: must be a uuid"},
+		{strings.Replace(good, `push_purchase_order`, ``, 1), "commandType: is required"},
+		{`{}`, "outboxId: must be a uuid"},
+	} {
+		if _, err := Decode(tc.body); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Decode(%s) error = %v, want %q", tc.body, err, tc.want)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(good)
+	f.Add(`{}`)
+	f.Add(`{"outboxId":1}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		m, err := Decode(body)
+		if err != nil {
+			return
+		}
+		if !IsUUID(m.OutboxID) || !IsUUID(m.ClaimToken) || m.CommandType == "" {
+			t.Fatalf("Decode accepted an invalid message: %+v", m)
+		}
+	})
+}

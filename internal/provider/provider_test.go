@@ -1,0 +1,45 @@
+package provider
+
+import (
+	"errors"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestNewRegistry(t *testing.T) {
+	t.Parallel()
+	w := NewWebhook(WebhookConfig{})
+	s := NewSandbox(SandboxConfig{})
+	r := NewRegistry(w, s)
+
+	for name, want := range map[string]Provider{NameWebhook: w, NameSandbox: s} {
+		got, err := r.Get(name)
+		if err != nil || got != want {
+			t.Errorf("Get(%q) = %v, %v; want %v", name, got, err, want)
+		}
+		if !got.Capabilities().PurchaseOrders {
+			t.Errorf("%s: PurchaseOrders capability = false", name)
+		}
+	}
+	if _, err := r.Get("nope"); !errors.Is(err, ErrUnknownProvider) {
+		t.Errorf("Get(nope) error = %v, want ErrUnknownProvider", err)
+	}
+	if r := NewRegistry(nil, s); len(r) != 1 {
+		t.Errorf("NewRegistry(nil, s) has %d entries, want 1", len(r))
+	}
+}
+
+// asError returns err as an *Error, failing the test if it is not one.
+func asError(t *testing.T, err error) *Error {
+	t.Helper()
+	var pe *Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v (%T) is not a *provider.Error", err, err)
+	}
+	return pe
+}

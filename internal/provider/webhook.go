@@ -1,0 +1,482 @@
+package provider
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"integration-outbox/internal/credential"
+)
+
+// Webhook defaults, as DESIGN.md states them.
+const (
+	DefaultWebhookTimeout      = 10 * time.Second
+	DefaultWebhookMaxBodyBytes = 1 << 20 // 1 MiB
+)
+
+// maxRetryAfter caps a provider's Retry-After: a misbehaving provider must
+// not park a row for days. It matches the longest backoff of the retry rule.
+const maxRetryAfter = time.Hour
+
+// maxQuotedBody is how much of a response body an error message quotes.
+const maxQuotedBody = 500
+
+// WebhookConfig configures the webhook provider.
+type WebhookConfig struct {
+	// AllowPrivateNetworks allows http URLs and loopback, private and other
+	// non-public targets (WEBHOOK_ALLOW_PRIVATE_NETWORKS, local mode only).
+	AllowPrivateNetworks bool
+	// Timeout bounds one call (PROVIDER_TIMEOUT); default 10s. The caller's
+	// ctx deadline wins when it is earlier.
+	Timeout time.Duration
+	// MaxBodyBytes is how much of a response body is read; default 1 MiB.
+	MaxBodyBytes int64
+	// Clock stamps request signatures; default time.Now.
+	Clock func() time.Time
+}
+
+// Webhook is the "webhook" provider: it POSTs each command as JSON to the
+// connection's config_json.url. It is safe for concurrent use and keeps one
+// http.Client (and its keep-alive connections) for its whole life.
+type Webhook struct {
+	cfg    WebhookConfig
+	client *http.Client
+}
+
+// NewWebhook returns a webhook provider. Zero fields of cfg take their
+// defaults. Unless cfg.AllowPrivateNetworks, its client refuses, at connect
+// time, every target address that is not public (see isPublicAddr).
+func NewWebhook(cfg WebhookConfig) *Webhook {
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultWebhookTimeout)
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultWebhookMaxBodyBytes)
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+
+	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
+	if !cfg.AllowPrivateNetworks {
+		// Control runs on the resolved address of every connection attempt,
+		// before connect(2): DNS answers (rebinding included) cannot route
+		// around it, and no packet reaches a refused address.
+		dialer.Control = refuseNonPublic
+	}
+	transport := &http.Transport{
+		Proxy:                 nil, // never a proxy from the environment: it would bypass the guard
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   10,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   cfg.Timeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	client := &http.Client{
+		Transport: transport,
+		// A redirect could lead to a target the config never named; the
+		// 3xx is answered as a rejection instead.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return &Webhook{cfg: cfg, client: client}
+}
+
+// Capabilities reports that the webhook takes purchase orders.
+func (w *Webhook) Capabilities() Capabilities { return Capabilities{PurchaseOrders: true} }
+
+// CloseIdleConnections closes the client's idle keep-alive connections.
+func (w *Webhook) CloseIdleConnections() { w.client.CloseIdleConnections() }
+
+// webhookBody is the request body; field order is the wire order.
+type webhookBody struct {
+	CommandType        string          `json:"commandType"`
+	IdempotencyKey     string          `json:"idempotencyKey"`
+	ExternalSupplierID string          `json:"externalSupplierId"`
+	PurchaseOrder      json.RawMessage `json:"purchaseOrder"`
+}
+
+// PushPurchaseOrder POSTs cmd to the connection's URL. Every failure is an
+// *Error whose Kind says whether a retry can help; its text never contains a
+// value of cred.
+func (w *Webhook) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
+	target, err := parseWebhookConfig(conn.Config, w.cfg.AllowPrivateNetworks)
+	if err != nil {
+		return Result{}, err
+	}
+	body, err := encodeWebhookBody(cmd)
+	if err != nil {
+		return Result{}, err
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout) // keeps an earlier ctx deadline
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(body))
+	if err != nil {
+		return Result{}, &Error{Kind: ConfigInvalid, Message: "config_json.url: building request", Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "integration-outbox-webhook/1")
+	req.Header.Set("Idempotency-Key", cmd.IdempotencyKey)
+	if !cred.Token.IsZero() {
+		req.Header.Set("Authorization", "Bearer "+cred.Token.Reveal())
+	}
+	if !cred.SigningSecret.IsZero() {
+		req.Header.Set("X-Outbox-Signature", Sign(cred.SigningSecret.Reveal(), w.cfg.Clock(), body))
+	}
+
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return Result{}, classifyTransportError(err, w.cfg.Timeout, cred)
+	}
+	defer resp.Body.Close()
+	// An answer that carries an id is read up to the cap; of any other only
+	// what an error message can quote, and a byte to tell that there was more.
+	limit := w.cfg.MaxBodyBytes
+	if !answersWithID(resp.StatusCode) {
+		limit = min(limit, int64(quotePrefixLen(cred))+1)
+	}
+	respBody, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		// Without the whole answer the order's reference would be lost;
+		// the idempotency key makes a retry safe.
+		return Result{}, redactError(&Error{
+			Kind:       Retryable,
+			StatusCode: resp.StatusCode,
+			Message:    fmt.Sprintf("webhook: reading the %d response body", resp.StatusCode),
+			Err:        err,
+		}, cred)
+	}
+	return interpretResponse(resp.StatusCode, resp.Header, respBody, req.URL, w.cfg.Clock(), cred)
+}
+
+// Sign returns the X-Outbox-Signature value for body sent at t:
+// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>". Receivers
+// recompute it to authenticate a call.
+func Sign(secret string, t time.Time, body []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(ts + "."))
+	mac.Write(body)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// parseWebhookConfig reads {"url": "..."} from config_json. Keys are
+// case-sensitive; other keys are ignored (the host may keep its own there).
+func parseWebhookConfig(raw json.RawMessage, allowPrivate bool) (*url.URL, error) {
+	invalid := func(format string, args ...any) error {
+		return &Error{Kind: ConfigInvalid, Message: "config_json.url: " + fmt.Sprintf(format, args...)}
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, &Error{Kind: ConfigInvalid, Message: "config_json is not a JSON object (config_json.url is required)"}
+	}
+	rawURL, ok := fields["url"]
+	if !ok {
+		return nil, invalid("missing")
+	}
+	var s string
+	if err := json.Unmarshal(rawURL, &s); err != nil {
+		return nil, invalid("not a string")
+	}
+	if strings.TrimSpace(s) == "" {
+		return nil, invalid("empty")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, invalid("not a valid URL")
+	}
+	if !u.IsAbs() || u.Host == "" || u.Hostname() == "" {
+		return nil, invalid("not an absolute URL")
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, invalid("port %q out of range", port)
+		}
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !allowPrivate {
+			return nil, invalid("must use https (http is allowed only with WEBHOOK_ALLOW_PRIVATE_NETWORKS)")
+		}
+	default:
+		return nil, invalid("scheme %q is not http(s)", u.Scheme)
+	}
+	return u, nil
+}
+
+// encodeWebhookBody builds the request body from cmd.
+func encodeWebhookBody(cmd PurchaseOrderPush) ([]byte, error) {
+	if cmd.ExternalSupplierID == "" {
+		return nil, &Error{Kind: PayloadInvalid, Message: "payload_json.externalSupplierId: missing or empty"}
+	}
+	if cmd.IdempotencyKey == "" {
+		return nil, &Error{Kind: PayloadInvalid, Message: "idempotency_key: missing or empty"}
+	}
+	if len(cmd.PurchaseOrder) == 0 {
+		return nil, &Error{Kind: PayloadInvalid, Message: "purchaseOrder: missing"}
+	}
+	body, err := json.Marshal(webhookBody{
+		CommandType:        cmd.CommandType,
+		IdempotencyKey:     cmd.IdempotencyKey,
+		ExternalSupplierID: cmd.ExternalSupplierID,
+		PurchaseOrder:      cmd.PurchaseOrder,
+	})
+	if err != nil {
+		return nil, &Error{Kind: PayloadInvalid, Message: "purchaseOrder: encoding the webhook body", Err: err}
+	}
+	return body, nil
+}
+
+// interpretResponse maps a webhook's answer to a Result or an *Error.
+// requestURL resolves a relative Location; now dates a Retry-After.
+func interpretResponse(status int, header http.Header, body []byte, requestURL *url.URL, now time.Time, cred credential.Credential) (Result, error) {
+	switch {
+	case status == http.StatusAccepted:
+		return Result{Status: StatusAccepted, ExternalID: redact(responseID(body), cred)}, nil
+	case status >= 200 && status < 300, status == http.StatusConflict:
+		// 409: the provider already has this idempotency key — done.
+		return Result{Status: StatusCompleted, ExternalID: redact(responseID(body), cred)}, nil
+	case status >= 300 && status < 400:
+		msg := fmt.Sprintf("webhook answered %d: redirect not followed", status)
+		if host := locationHost(header.Get("Location"), requestURL); host != "" {
+			msg += " (Location host " + host + ")"
+		}
+		return Result{}, &Error{Kind: Rejected, StatusCode: status, Message: redact(msg, cred)}
+	}
+
+	e := &Error{StatusCode: status, Message: fmt.Sprintf("webhook answered %d", status)}
+	if quoted := quoteBody(body, cred); quoted != "" {
+		e.Message += ": " + quoted
+	}
+	switch {
+	case status == http.StatusRequestTimeout, status == http.StatusTooManyRequests, status >= 500:
+		e.Kind = Retryable
+		e.RetryAfter = parseRetryAfter(header.Get("Retry-After"), now)
+	case status == http.StatusUnauthorized, status == http.StatusForbidden:
+		e.Kind = Rejected
+		e.AuthFailed = true
+	case status >= 400:
+		e.Kind = Rejected
+	default:
+		// An unexpected 1xx or a code above 599: not HTTP as we know it.
+		e.Kind = Retryable
+	}
+	return Result{}, e
+}
+
+// answersWithID reports whether a response with this status may carry the
+// "id" of the provider's record: 2xx and 409.
+func answersWithID(status int) bool {
+	return status >= 200 && status < 300 || status == http.StatusConflict
+}
+
+// maxExternalIDBytes bounds the id kept as provider_reference.
+const maxExternalIDBytes = 512
+
+// responseID returns the "id" of a JSON object body: a string, or a number
+// as its text. The key is case-sensitive. Anything else, and an id longer
+// than maxExternalIDBytes or holding control characters (Postgres text
+// cannot store NUL), yields "".
+func responseID(body []byte) string {
+	id := rawResponseID(body)
+	if len(id) > maxExternalIDBytes || strings.ContainsFunc(id, unicode.IsControl) {
+		return ""
+	}
+	return id
+}
+
+func rawResponseID(body []byte) string {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return ""
+	}
+	raw := bytes.TrimSpace(fields["id"])
+	if len(raw) == 0 {
+		return ""
+	}
+	switch {
+	case raw[0] == '"':
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return ""
+		}
+		return s
+	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
+		var n json.Number
+		if json.Unmarshal(raw, &n) != nil {
+			return ""
+		}
+		return n.String()
+	}
+	return ""
+}
+
+// parseRetryAfter reads a Retry-After value: delta-seconds or an HTTP-date.
+// It returns 0 when absent, malformed or in the past, and caps the result
+// at maxRetryAfter.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
+		if secs > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter
+		}
+		d = time.Duration(secs) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
+}
+
+// locationHost returns the host of a redirect's Location, resolved against
+// the request URL; never its path or query, which may carry secrets. A host
+// that is not short printable ASCII is left out.
+func locationHost(location string, requestURL *url.URL) string {
+	if location == "" {
+		return ""
+	}
+	loc, err := url.Parse(location)
+	if err != nil {
+		return ""
+	}
+	if requestURL != nil {
+		loc = requestURL.ResolveReference(loc)
+	}
+	if len(loc.Host) > 262 { // a 253-byte DNS name, ":" and a port
+		return ""
+	}
+	for _, c := range []byte(loc.Host) {
+		if c <= ' ' || c >= 0x7f {
+			return ""
+		}
+	}
+	return loc.Host
+}
+
+// quoteBody returns at most maxQuotedBody bytes of body as one line of valid
+// UTF-8 with the credential's values masked. body may itself be a cut-off
+// prefix of the response.
+func quoteBody(body []byte, cred credential.Credential) string {
+	whole := len(body)
+	if len(body) > maxQuotedBody {
+		// The end will not be quoted whole: drop a secret's beginning
+		// there, which masking cannot recognise, before masking moves text.
+		body = trimSecretPrefix(body[:min(len(body), quotePrefixLen(cred))], cred)
+	}
+	cut := len(body) < whole
+	s := redact(strings.ToValidUTF8(string(body), "\uFFFD"), cred)
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' ' // NUL cannot be stored in Postgres text; newlines split log lines
+		}
+		return r
+	}, s)
+	if len(s) > maxQuotedBody {
+		n := maxQuotedBody
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s, cut = s[:n], true
+	}
+	s = strings.TrimSpace(s)
+	if cut {
+		s += "…"
+	}
+	return s
+}
+
+// trimSecretPrefix drops the longest end of b that is the beginning of a
+// credential value.
+func trimSecretPrefix(b []byte, cred credential.Credential) []byte {
+	for trimmed := true; trimmed; {
+		trimmed = false
+		for _, v := range cred.Values() {
+			for k := min(len(v)-1, len(b)); k > 0; k-- {
+				if bytes.HasSuffix(b, []byte(v[:k])) {
+					b, trimmed = b[:len(b)-k], true
+					break
+				}
+			}
+		}
+	}
+	return b
+}
+
+// quotePrefixLen is how much of a body quoteBody needs: the quoted bytes
+// plus enough to see the whole of a secret that starts inside them, so that
+// it is masked rather than cut.
+func quotePrefixLen(cred credential.Credential) int {
+	n := maxQuotedBody + utf8.UTFMax
+	for _, v := range cred.Values() {
+		n = max(n, maxQuotedBody+len(v))
+	}
+	return n
+}
+
+// redact replaces every occurrence of a credential value in s by "[redacted]".
+func redact(s string, cred credential.Credential) string {
+	for _, v := range cred.Values() {
+		s = strings.ReplaceAll(s, v, "[redacted]")
+	}
+	return s
+}
+
+// classifyTransportError turns a failed http.Client.Do into an *Error: a
+// refused non-public target is ConfigInvalid, everything else Retryable.
+func classifyTransportError(err error, timeout time.Duration, cred credential.Credential) error {
+	var refused *nonPublicAddressError
+	switch {
+	case errors.As(err, &refused):
+		return redactError(&Error{
+			Kind:    ConfigInvalid,
+			Message: fmt.Sprintf("config_json.url: target resolves to a non-public address (%s), refused", refused.Addr),
+			Err:     err,
+		}, cred)
+	case errors.Is(err, context.DeadlineExceeded):
+		return redactError(&Error{
+			Kind:    Retryable,
+			Message: fmt.Sprintf("webhook: call timed out (limit %s or the caller's deadline)", timeout),
+			Err:     err,
+		}, cred)
+	}
+	return redactError(&Error{Kind: Retryable, Message: "webhook: request failed", Err: err}, cred)
+}
+
+// redactError masks the credential's values in e's message and in the text
+// of its wrapped error, which keeps unwrapping to the original.
+func redactError(e *Error, cred credential.Credential) *Error {
+	e.Message = redact(e.Message, cred)
+	if e.Err != nil {
+		if text := redact(e.Err.Error(), cred); text != e.Err.Error() {
+			e.Err = &redactedError{text: text, err: e.Err}
+		}
+	}
+	return e
+}
+
+// redactedError is an error whose text had secrets masked out.
+type redactedError struct {
+	text string
+	err  error
+}
+
+func (e *redactedError) Error() string { return e.text }
+func (e *redactedError) Unwrap() error { return e.err }

@@ -1,0 +1,350 @@
+// Package push is the push_purchase_order worker: it consumes an SQS batch,
+// starts each job under its claim token, calls the connection's provider and
+// records the result, fenced by the same token.
+package push
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"golang.org/x/sync/errgroup"
+
+	"integration-outbox/internal/backoff"
+	"integration-outbox/internal/credential"
+	"integration-outbox/internal/logging"
+	"integration-outbox/internal/message"
+	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/provider"
+)
+
+// CommandType is the command this worker handles.
+const CommandType = "push_purchase_order"
+
+// Store is what the worker needs of the outbox.
+type Store interface {
+	Start(ctx context.Context, reqs []outbox.StartRequest) ([]outbox.Job, error)
+	Record(ctx context.Context, outcomes []outbox.Outcome) ([]string, error)
+}
+
+// Credentials resolves a connection's credential_reference.
+type Credentials interface {
+	Resolve(ctx context.Context, organizationID, reference string) (credential.Credential, error)
+	Invalidate(reference string)
+}
+
+// Config configures a Worker.
+type Config struct {
+	Providers       provider.Registry
+	Concurrency     int           // PUSH_CONCURRENCY
+	MaxAttempts     int           // MAX_ATTEMPTS
+	ProviderTimeout time.Duration // PROVIDER_TIMEOUT
+	// RecordReserve is the time kept before the invocation deadline to
+	// record results: a provider call is cut off before it (default 3s).
+	RecordReserve time.Duration
+	Logger        *slog.Logger
+	// Jitter returns the retry jitter in [0, 1) (default random).
+	Jitter func() float64
+}
+
+// Worker handles SQS batches of push_purchase_order messages.
+type Worker struct {
+	store Store
+	creds Credentials
+	cfg   Config
+}
+
+// New returns a worker.
+func New(store Store, creds Credentials, cfg Config) (*Worker, error) {
+	if len(cfg.Providers) == 0 {
+		return nil, errors.New("push: no providers registered")
+	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 10)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
+	cfg.ProviderTimeout = cmp.Or(cfg.ProviderTimeout, 10*time.Second)
+	cfg.RecordReserve = cmp.Or(cfg.RecordReserve, 3*time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.Jitter == nil {
+		cfg.Jitter = backoff.Jitter
+	}
+	return &Worker{store: store, creds: creds, cfg: cfg}, nil
+}
+
+type delivery struct {
+	messageID string
+	msg       message.Message
+}
+
+// Handle processes one SQS batch. Only records that hit an infrastructure
+// error (the database could not be reached) are reported as failures, so
+// SQS redelivers them; malformed, duplicate and stale deliveries are
+// acknowledged.
+func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	log := logging.ForRequest(ctx, w.cfg.Logger)
+	resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
+	var deliveries []delivery
+	for _, rec := range ev.Records {
+		m, err := message.Decode(rec.Body)
+		if err == nil && m.CommandType != CommandType {
+			err = fmt.Errorf("message body: commandType: %q is not handled by this function", m.CommandType)
+		}
+		if err != nil {
+			log.WarnContext(ctx, "malformed message acknowledged without processing",
+				"messageId", rec.MessageId, "error", err.Error())
+			continue
+		}
+		deliveries = append(deliveries, delivery{messageID: rec.MessageId, msg: m})
+	}
+	if len(deliveries) == 0 {
+		return resp, nil
+	}
+	fail := func(ds []delivery) {
+		for _, d := range ds {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: d.messageID})
+		}
+	}
+
+	reqs := make([]outbox.StartRequest, len(deliveries))
+	for i, d := range deliveries {
+		reqs[i] = outbox.StartRequest{OutboxID: d.msg.OutboxID, OrganizationID: d.msg.OrganizationID, ClaimToken: d.msg.ClaimToken}
+	}
+	jobs, err := w.store.Start(ctx, reqs)
+	if err != nil {
+		log.ErrorContext(ctx, "could not start jobs; records left for redelivery", "count", len(deliveries), "error", err.Error())
+		fail(deliveries)
+		return resp, nil
+	}
+	started := make(map[string]outbox.Job, len(jobs))
+	for _, j := range jobs {
+		started[j.ID] = j
+	}
+	var toRun []delivery
+	taken := make(map[string]bool, len(jobs)) // a message repeated in one batch runs once
+	for _, d := range deliveries {
+		if _, ok := started[d.msg.OutboxID]; !ok || taken[d.msg.OutboxID] {
+			log.InfoContext(ctx, "duplicate or stale delivery acknowledged: claim not current or already started",
+				"messageId", d.messageID, "outboxId", d.msg.OutboxID, "organizationId", d.msg.OrganizationID)
+			continue
+		}
+		taken[d.msg.OutboxID] = true
+		toRun = append(toRun, d)
+	}
+
+	outcomes := make([]outbox.Outcome, len(toRun))
+	g := errgroup.Group{}
+	g.SetLimit(w.cfg.Concurrency)
+	for i, d := range toRun {
+		g.Go(func() error {
+			outcomes[i] = w.run(ctx, log, started[d.msg.OutboxID])
+			return nil
+		})
+	}
+	g.Wait()
+
+	recorded, err := w.record(ctx, outcomes)
+	if err != nil {
+		log.ErrorContext(ctx, "could not record results; rows recover when their lease expires",
+			"count", len(outcomes), "error", err.Error())
+		fail(toRun)
+		return resp, nil
+	}
+	for _, o := range outcomes {
+		if !recorded[o.OutboxID] {
+			log.WarnContext(ctx, "result not recorded: the claim is no longer current",
+				"outboxId", o.OutboxID, "organizationId", o.OrganizationID, "status", o.Status)
+		}
+	}
+	return resp, nil
+}
+
+// record stores the outcomes, trying a few times within the time left: a
+// short database blip should not cost a whole lease.
+func (w *Worker) record(ctx context.Context, outcomes []outbox.Outcome) (map[string]bool, error) {
+	rctx := context.WithoutCancel(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadline(rctx, dl)
+		defer cancel()
+	}
+	var err error
+	for attempt := range 3 {
+		var ids []string
+		if ids, err = w.store.Record(rctx, outcomes); err == nil {
+			out := make(map[string]bool, len(ids))
+			for _, id := range ids {
+				out[id] = true
+			}
+			return out, nil
+		}
+		select {
+		case <-rctx.Done():
+			return nil, err
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		}
+	}
+	return nil, err
+}
+
+// run delivers one started job and returns its outcome; it never fails.
+func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job) outbox.Outcome {
+	log := base.With("outboxId", job.ID, "organizationId", job.OrganizationID, "attempt", job.AttemptCount)
+	began := time.Now()
+	o, secrets := w.deliver(ctx, log, job)
+	o.OutboxID, o.OrganizationID, o.ClaimToken = job.ID, job.OrganizationID, job.ClaimToken
+	if job.Connection != nil {
+		o.LocationID = job.Connection.LocationID
+	}
+	o.LastError = cleanError(o.LastError, secrets)
+	o.ConflictSummary = cleanError(o.ConflictSummary, secrets)
+	level := slog.LevelInfo
+	if o.Status == outbox.StatusFailed || o.Status == outbox.StatusDeadLetter {
+		level = slog.LevelWarn
+	}
+	log.Log(ctx, level, "job finished", "status", o.Status, "providerStatus", o.ProviderStatus,
+		"providerReference", o.ProviderReference, "conflictType", o.ConflictType, "error", o.LastError,
+		"retryInSeconds", o.RetryIn.Seconds(), "durationMs", time.Since(began).Milliseconds())
+	return o
+}
+
+// deliver does the work of one job. It returns the outcome and the secret
+// values that must not appear in any text it stores.
+func (w *Worker) deliver(ctx context.Context, log *slog.Logger, job outbox.Job) (outbox.Outcome, []string) {
+	if job.CommandType != CommandType {
+		return unsupported(fmt.Sprintf("unsupported command type %q", job.CommandType)), nil
+	}
+	conn := job.Connection
+	if conn == nil {
+		return permanent(ConflictConfigurationInvalid, fmt.Sprintf(
+			"integration connection %s not found for the organization", job.ConnectionID)), nil
+	}
+	p, err := w.cfg.Providers.Get(conn.Provider)
+	if err != nil {
+		return unsupported(fmt.Sprintf("provider %q is not supported", conn.Provider)), nil
+	}
+	if !p.Capabilities().PurchaseOrders {
+		return unsupported(fmt.Sprintf("provider %q cannot push purchase orders", conn.Provider)), nil
+	}
+	if job.PurchaseOrder == nil {
+		return permanent(ConflictEntityNotFound, fmt.Sprintf(
+			"purchase order %s not found for the organization and the connection's location", job.LocalEntityID)), nil
+	}
+	supplier, err := externalSupplierID(job.Payload)
+	if err != nil {
+		return permanent(ConflictPayloadInvalid, err.Error()), nil
+	}
+	cmd := provider.PurchaseOrderPush{CommandType: job.CommandType, IdempotencyKey: job.IdempotencyKey,
+		ExternalSupplierID: supplier, PurchaseOrder: job.PurchaseOrder}
+	pconn := provider.Connection{ID: conn.ID, OrganizationID: job.OrganizationID, LocationID: conn.LocationID,
+		Provider: conn.Provider, Config: conn.Config}
+
+	var cred credential.Credential
+	for refreshed := false; ; refreshed = true {
+		if conn.CredentialReference != "" {
+			if cred, err = w.creds.Resolve(ctx, job.OrganizationID, conn.CredentialReference); err != nil {
+				if errors.Is(err, credential.ErrRejected) {
+					return permanent(ConflictCredentialRejected, err.Error()), nil
+				}
+				return w.retryable(job, err.Error(), 0), nil
+			}
+		}
+		res, err := w.call(ctx, p, pconn, cred, cmd)
+		var perr *provider.Error
+		if errors.As(err, &perr) && perr.AuthFailed && !refreshed && conn.CredentialReference != "" {
+			log.InfoContext(ctx, "provider refused the credential; refreshing it once", "statusCode", perr.StatusCode)
+			w.creds.Invalidate(conn.CredentialReference)
+			continue
+		}
+		return w.outcome(job, res, err), cred.Values()
+	}
+}
+
+// call runs the provider call under PROVIDER_TIMEOUT, cut so that the
+// result can still be recorded before the invocation's deadline.
+func (w *Worker) call(ctx context.Context, p provider.Provider, conn provider.Connection,
+	cred credential.Credential, cmd provider.PurchaseOrderPush) (provider.Result, error) {
+	deadline := time.Now().Add(w.cfg.ProviderTimeout)
+	if dl, ok := ctx.Deadline(); ok {
+		if cut := dl.Add(-w.cfg.RecordReserve); cut.Before(deadline) {
+			deadline = cut
+		}
+	}
+	if !deadline.After(time.Now()) {
+		return provider.Result{}, &provider.Error{Kind: provider.Retryable,
+			Message: "not enough time left in this invocation to call the provider"}
+	}
+	cctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	res, err := p.PushPurchaseOrder(cctx, conn, cred, cmd)
+	if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+		var perr *provider.Error
+		if !errors.As(err, &perr) {
+			err = &provider.Error{Kind: provider.Retryable, Message: "provider call timed out", Err: err}
+		}
+	}
+	return res, err
+}
+
+// outcome maps a provider's answer to the row's next state (DESIGN.md).
+func (w *Worker) outcome(job outbox.Job, res provider.Result, err error) outbox.Outcome {
+	if err == nil {
+		o := outbox.Outcome{ProviderReference: res.ExternalID, ProviderStatus: res.Status}
+		switch res.Status {
+		case provider.StatusCompleted:
+			o.Status = outbox.StatusCompleted
+		case provider.StatusUncertain:
+			o.Status = outbox.StatusUncertain
+		default: // accepted, or any other not-yet-done answer
+			o.Status = outbox.StatusProcessing
+			o.ProviderStatus = cmp.Or(res.Status, provider.StatusAccepted)
+		}
+		return o
+	}
+	var perr *provider.Error
+	if !errors.As(err, &perr) {
+		return w.retryable(job, err.Error(), 0)
+	}
+	switch perr.Kind {
+	case provider.Rejected:
+		return permanent(ConflictProviderRejected, err.Error())
+	case provider.ConfigInvalid:
+		return permanent(ConflictConfigurationInvalid, err.Error())
+	case provider.PayloadInvalid:
+		return permanent(ConflictPayloadInvalid, err.Error())
+	default:
+		return w.retryable(job, err.Error(), perr.RetryAfter)
+	}
+}
+
+// retryable schedules the next attempt, or dead-letters the row when its
+// attempts are exhausted.
+func (w *Worker) retryable(job outbox.Job, text string, retryAfter time.Duration) outbox.Outcome {
+	if job.AttemptCount >= w.cfg.MaxAttempts {
+		o := permanent(ConflictProviderRejected, fmt.Sprintf("attempts exhausted (%d of %d): %s",
+			job.AttemptCount, w.cfg.MaxAttempts, text))
+		return o
+	}
+	return outbox.Outcome{Status: outbox.StatusFailed, LastError: text,
+		RetryIn: backoff.Delay(job.AttemptCount, retryAfter, w.cfg.Jitter())}
+}
+
+// Conflict types (contract).
+const (
+	ConflictProviderRejected     = "provider_rejected"
+	ConflictCredentialRejected   = "credential_rejected"
+	ConflictConfigurationInvalid = "configuration_invalid"
+	ConflictEntityNotFound       = "entity_not_found"
+	ConflictPayloadInvalid       = "payload_invalid"
+)
+
+func permanent(conflictType, text string) outbox.Outcome {
+	return outbox.Outcome{Status: outbox.StatusDeadLetter, LastError: text, ConflictType: conflictType,
+		ConflictSummary: fmt.Sprintf("Purchase order push reached dead letter (%s): %s", conflictType, text)}
+}
+
+func unsupported(text string) outbox.Outcome {
+	return outbox.Outcome{Status: outbox.StatusUnsupported, LastError: text}
+}
