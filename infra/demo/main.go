@@ -1,0 +1,427 @@
+// Command demo runs the main job on this machine from nothing (make demo): a
+// throwaway PostgreSQL and moto_server (reused when DATABASE_URL /
+// AWS_ENDPOINT_URL are set), migrations, a queue and secrets, sample tenants
+// and purchase orders, then one dispatch run and a drain of the queue through
+// the real handlers, and a summary of what happened.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"integration-outbox/internal/app"
+	"integration-outbox/internal/migrate"
+	"integration-outbox/internal/testenv"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	started := time.Now()
+
+	dbURL := os.Getenv("DATABASE_URL")
+	if dbURL == "" {
+		fmt.Println("· starting a throwaway PostgreSQL cluster")
+		pg, err := testenv.StartPostgres()
+		if err != nil {
+			return err
+		}
+		defer pg.Stop()
+		if dbURL, err = pg.CreateDatabase(ctx, ""); err != nil {
+			return err
+		}
+	}
+	endpoint := os.Getenv("AWS_ENDPOINT_URL")
+	if endpoint == "" {
+		fmt.Println("· starting moto_server (SQS + Secrets Manager)")
+		m, err := testenv.StartMoto()
+		if err != nil {
+			return err
+		}
+		defer m.Stop()
+		endpoint = m.URL
+		setDefault("AWS_ACCESS_KEY_ID", "test")
+		setDefault("AWS_SECRET_ACCESS_KEY", "test")
+	}
+	os.Setenv("AWS_ENDPOINT_URL", endpoint)
+	setDefault("AWS_REGION", "us-east-1")
+	setDefault("AWS_ACCESS_KEY_ID", "test")
+	setDefault("AWS_SECRET_ACCESS_KEY", "test")
+
+	fmt.Println("· applying migrations")
+	if err := migrate.Up(ctx, dbURL); err != nil {
+		return err
+	}
+
+	recv, err := startReceiver()
+	if err != nil {
+		return err
+	}
+	defer recv.close()
+
+	logPath := filepath.Join(os.TempDir(), "integration-outbox-demo.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+
+	env := map[string]string{
+		"DATABASE_URL": dbURL, "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "LOG_LEVEL": "info",
+		"CLAIM_BATCH_SIZE": "10", "PROVIDER_TIMEOUT": "5s",
+	}
+	pre, err := app.New(ctx, lookup(env), io.Discard, 0)
+	if err != nil {
+		return err
+	}
+	queueURL, err := createQueue(ctx, sqs.NewFromConfig(pre.AWS))
+	if err != nil {
+		return err
+	}
+	pre.Close()
+	env["PUSH_PURCHASE_ORDER_QUEUE_URL"] = queueURL
+	a, err := app.New(ctx, lookup(env), logFile, 0)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+
+	fmt.Println("· seeding three organizations with purchase orders")
+	orgs, err := seed(ctx, a.Pool, secretsmanager.NewFromConfig(a.AWS), recv.url)
+	if err != nil {
+		return err
+	}
+
+	dispatcher, err := a.Dispatcher(nil)
+	if err != nil {
+		return err
+	}
+	worker, err := a.PushWorker(nil)
+	if err != nil {
+		return err
+	}
+	summary, err := dispatcher.Handle(ctx, json.RawMessage(`{}`))
+	if err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	out, _ := json.Marshal(summary)
+	fmt.Printf("· dispatch → %s\n", out)
+
+	batches, failures, err := drain(ctx, sqs.NewFromConfig(a.AWS), queueURL, worker.Handle)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("· drained the queue through push-purchase-order: %d SQS batches, %d batch item failures\n\n", batches, failures)
+
+	if err := report(ctx, a.Pool, orgs, recv); err != nil {
+		return err
+	}
+	fmt.Printf("\nJSON logs of the handlers: %s\nDone in %s.\n", logPath, time.Since(started).Round(100*time.Millisecond))
+	return nil
+}
+
+func setDefault(k, v string) {
+	if os.Getenv(k) == "" {
+		os.Setenv(k, v)
+	}
+}
+
+func lookup(env map[string]string) func(string) string {
+	return func(k string) string {
+		if v, ok := env[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	}
+}
+
+func createQueue(ctx context.Context, client *sqs.Client) (string, error) {
+	out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{
+		QueueName:  aws.String("integration-outbox-demo-push-purchase-order"),
+		Attributes: map[string]string{"VisibilityTimeout": "30"},
+	})
+	if err != nil {
+		return "", fmt.Errorf("creating the demo queue: %w", err)
+	}
+	url := aws.ToString(out.QueueUrl)
+	if _, err := client.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(url)}); err != nil {
+		return "", fmt.Errorf("purging the demo queue: %w", err)
+	}
+	return url, nil
+}
+
+// drain receives until the queue is empty, hands each batch to the push
+// handler as Lambda's SQS event source would, and deletes what it acknowledged.
+func drain(ctx context.Context, client *sqs.Client, queueURL string,
+	handle func(context.Context, events.SQSEvent) (events.SQSEventResponse, error)) (batches, failures int, err error) {
+	for empty := 0; empty < 2; {
+		resp, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(queueURL),
+			MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			return batches, failures, fmt.Errorf("receiving: %w", err)
+		}
+		if len(resp.Messages) == 0 {
+			empty++
+			continue
+		}
+		var ev events.SQSEvent
+		for _, m := range resp.Messages {
+			ev.Records = append(ev.Records, events.SQSMessage{MessageId: aws.ToString(m.MessageId),
+				ReceiptHandle: aws.ToString(m.ReceiptHandle), Body: aws.ToString(m.Body), EventSource: "aws:sqs"})
+		}
+		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err := handle(hctx, ev)
+		cancel()
+		if err != nil {
+			return batches, failures, fmt.Errorf("push handler: %w", err)
+		}
+		batches++
+		failures += len(out.BatchItemFailures)
+		failed := map[string]bool{}
+		for _, f := range out.BatchItemFailures {
+			failed[f.ItemIdentifier] = true
+		}
+		for _, r := range ev.Records {
+			if !failed[r.MessageId] {
+				client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(queueURL), ReceiptHandle: aws.String(r.ReceiptHandle)})
+			}
+		}
+	}
+	return batches, failures, nil
+}
+
+// receiver is the local webhook endpoint of the demo's supplier ERP: it
+// accepts orders, rejects supplier SUP-REJECT (422) and is "down" (503) for
+// SUP-FLAKY.
+type receiver struct {
+	url    string
+	srv    *http.Server
+	mu     sync.Mutex
+	counts map[string]int
+	signed int
+}
+
+func startReceiver() (*receiver, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &receiver{url: "http://" + l.Addr().String() + "/orders", counts: map[string]int{}}
+	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 5 * time.Second}
+	go r.srv.Serve(l)
+	return r, nil
+}
+
+func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
+	var body struct {
+		ExternalSupplierID string `json:"externalSupplierId"`
+		IdempotencyKey     string `json:"idempotencyKey"`
+	}
+	json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&body)
+	status, resp := http.StatusCreated, fmt.Sprintf(`{"id":"ERP-%s"}`, strings.TrimPrefix(body.IdempotencyKey, "demo-")[:8])
+	switch body.ExternalSupplierID {
+	case "SUP-REJECT":
+		status, resp = http.StatusUnprocessableEntity, `{"error":"supplier SUP-REJECT is not onboarded"}`
+	case "SUP-FLAKY":
+		status, resp = http.StatusServiceUnavailable, `{"error":"maintenance"}`
+		w.Header().Set("Retry-After", "90")
+	}
+	r.mu.Lock()
+	r.counts[fmt.Sprintf("%d %s", status, http.StatusText(status))]++
+	if strings.Contains(req.Header.Get("X-Outbox-Signature"), "v1=") && strings.HasPrefix(req.Header.Get("Authorization"), "Bearer ") {
+		r.signed++
+	}
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	io.WriteString(w, resp)
+}
+
+func (r *receiver) close() { r.srv.Close() }
+
+type org struct {
+	name string
+	id   string
+}
+
+// seed writes three tenants: Acme pushes to the webhook receiver with a
+// signed, tagged secret (orders that succeed, one rejected, one failing);
+// Globex uses the sandbox provider (one answer "accepted"); Initech has a
+// location-scoped connection and one command type nobody handles.
+func seed(ctx context.Context, pool *pgxpool.Pool, sm *secretsmanager.Client, webhookURL string) ([]org, error) {
+	var orgs []org
+	for _, name := range []string{"acme", "globex", "initech"} {
+		var id string
+		if err := pool.QueryRow(ctx, `select gen_random_uuid()::text`).Scan(&id); err != nil {
+			return nil, err
+		}
+		orgs = append(orgs, org{name: name, id: id})
+	}
+	acme, globex, initech := orgs[0].id, orgs[1].id, orgs[2].id
+	secretName := "integrations/demo/acme-erp-" + acme[:8]
+	_, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{
+		Name:         aws.String(secretName),
+		SecretString: aws.String(`{"token":"demo-token-acme","signingSecret":"demo-signing-acme"}`),
+		Tags:         []smtypes.Tag{{Key: aws.String("organization_id"), Value: aws.String(acme)}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the demo secret: %w", err)
+	}
+	location := newID(ctx, pool)
+	otherLocation := newID(ctx, pool)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	conn := func(orgID, loc, provider, ref string, cfg any) string {
+		b, _ := json.Marshal(cfg)
+		var id string
+		if err == nil {
+			err = tx.QueryRow(ctx, `insert into integration_connections (organization_id, location_id, provider, credential_reference, config_json)
+				values ($1, nullif($2, '')::uuid, $3, nullif($4, ''), $5) returning id::text`, orgID, loc, provider, ref, b).Scan(&id)
+		}
+		return id
+	}
+	order := func(orgID, loc string, lines int) string {
+		var id string
+		if err == nil {
+			err = tx.QueryRow(ctx, `insert into purchase_orders (organization_id, location_id, order_number, status, currency_code)
+				values ($1, nullif($2, '')::uuid, 'PO-' || substr(md5(random()::text), 1, 6), 'approved', 'EUR') returning id::text`,
+				orgID, loc).Scan(&id)
+		}
+		for i := range lines {
+			if err == nil {
+				_, err = tx.Exec(ctx, `insert into purchase_order_lines (purchase_order_id, stock_item_id, ordered_quantity,
+					purchase_unit_code, normalized_unit_code, units_per_purchase_unit_snapshot, unit_price_minor_snapshot, created_at)
+					values ($1, gen_random_uuid(), $2::int, 'case', 'each', 12, 1850 + $2::int, now() + make_interval(secs => $2::int))`, id, i+1)
+			}
+		}
+		return id
+	}
+	command := func(orgID, connID, provider, commandType, poID, supplier string) {
+		if err == nil {
+			_, err = tx.Exec(ctx, `insert into external_integration_outbox (organization_id, integration_connection_id, provider,
+				command_type, local_entity_type, local_entity_id, payload_json, idempotency_key)
+				values ($1, $2, $3, $4, 'purchase_order', $5, jsonb_build_object('externalSupplierId', $6::text), 'demo-' || gen_random_uuid())`,
+				orgID, connID, provider, commandType, poID, supplier)
+		}
+	}
+	acmeConn := conn(acme, "", "webhook", secretName, map[string]string{"url": webhookURL})
+	for range 4 {
+		command(acme, acmeConn, "webhook", "push_purchase_order", order(acme, "", 3), "SUP-100")
+	}
+	command(acme, acmeConn, "webhook", "push_purchase_order", order(acme, "", 1), "SUP-REJECT")
+	command(acme, acmeConn, "webhook", "push_purchase_order", order(acme, "", 2), "SUP-FLAKY")
+
+	globexConn := conn(globex, "", "sandbox", "", map[string]any{"latencyMs": 20})
+	for range 5 {
+		command(globex, globexConn, "sandbox", "push_purchase_order", order(globex, "", 2), "SUP-200")
+	}
+	slowConn := conn(globex, "", "sandbox", "", map[string]any{"answer": "accepted"})
+	command(globex, slowConn, "sandbox", "push_purchase_order", order(globex, "", 1), "SUP-201")
+
+	initechConn := conn(initech, location, "webhook", "", map[string]string{"url": webhookURL})
+	command(initech, initechConn, "webhook", "push_purchase_order", order(initech, location, 2), "SUP-300")
+	command(initech, initechConn, "webhook", "push_purchase_order", order(initech, otherLocation, 2), "SUP-300")
+	command(initech, initechConn, "webhook", "push_invoice", order(initech, location, 1), "SUP-300")
+	if err != nil {
+		return nil, fmt.Errorf("seeding: %w", err)
+	}
+	return orgs, tx.Commit(ctx)
+}
+
+func newID(ctx context.Context, pool *pgxpool.Pool) string {
+	var id string
+	pool.QueryRow(ctx, `select gen_random_uuid()::text`).Scan(&id)
+	return id
+}
+
+func report(ctx context.Context, pool *pgxpool.Pool, orgs []org, recv *receiver) error {
+	names := map[string]string{}
+	var ids []string
+	for _, o := range orgs {
+		names[o.id] = o.name
+		ids = append(ids, o.id)
+	}
+	rows, err := pool.Query(ctx, `
+		select o.organization_id::text, o.status, o.attempt_count, coalesce(o.provider_status, ''),
+			coalesce(o.provider_reference, ''), coalesce(o.command_type, ''),
+			coalesce(extract(epoch from o.next_attempt_at - now())::int::text || 's', ''),
+			coalesce(c.conflict_type, ''), coalesce(left(o.last_error, 70), '')
+		from external_integration_outbox o
+		left join external_integration_conflicts c on c.outbox_id = o.id and c.status = 'open'
+		where o.organization_id = any($1::uuid[])
+		order by o.organization_id, o.status, o.created_at`, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ORG\tSTATUS\tATTEMPTS\tPROVIDER STATUS\tREFERENCE\tCOMMAND\tRETRY IN\tCONFLICT\tLAST ERROR")
+	byStatus := map[string]int{}
+	for rows.Next() {
+		var org, status, provStatus, ref, cmd, retry, conflict, lastErr string
+		var attempts int
+		if err := rows.Scan(&org, &status, &attempts, &provStatus, &ref, &cmd, &retry, &conflict, &lastErr); err != nil {
+			return err
+		}
+		byStatus[status]++
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", names[org], status, attempts, provStatus, ref, cmd, retry, conflict, lastErr)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	tw.Flush()
+
+	fmt.Println("\nRows per status:")
+	var statuses []string
+	for s := range byStatus {
+		statuses = append(statuses, s)
+	}
+	sort.Strings(statuses)
+	for _, s := range statuses {
+		fmt.Printf("  %-12s %d\n", s, byStatus[s])
+	}
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	fmt.Println("\nRequests the local webhook receiver got:")
+	var answers []string
+	total := 0
+	for a, n := range recv.counts {
+		answers = append(answers, a)
+		total += n
+	}
+	sort.Strings(answers)
+	for _, a := range answers {
+		fmt.Printf("  %-28s %d\n", a, recv.counts[a])
+	}
+	fmt.Printf("  %-28s %d (bearer token + X-Outbox-Signature)\n", "signed", recv.signed)
+	fmt.Printf("  %-28s %d\n", "total", total)
+	return nil
+}

@@ -1,0 +1,29 @@
+// Command migrate applies the outbox migrations to $DATABASE_URL (make migrate).
+// "migrate down" rolls back the most recent one.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"integration-outbox/internal/migrate"
+)
+
+func main() {
+	ctx := context.Background()
+	url := os.Getenv("DATABASE_URL")
+	if url == "" {
+		fmt.Fprintln(os.Stderr, "migrate: DATABASE_URL is required")
+		os.Exit(2)
+	}
+	run := migrate.Up
+	if len(os.Args) > 1 && os.Args[1] == "down" {
+		run = migrate.Down
+	}
+	if err := run(ctx, url); err != nil {
+		fmt.Fprintln(os.Stderr, "migrate:", err)
+		os.Exit(1)
+	}
+	fmt.Println("migrate: schema is up to date")
+}
