@@ -22,6 +22,7 @@ import (
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/dispatch"
 	"integration-outbox/internal/logging"
+	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/push"
@@ -33,6 +34,8 @@ type App struct {
 	Logger *slog.Logger
 	Pool   *pgxpool.Pool
 	AWS    aws.Config
+	// Out receives the JSON logs and the EMF metric lines (stdout in Lambda).
+	Out io.Writer
 }
 
 // New reads the configuration through getenv and connects: the database pool
@@ -66,7 +69,7 @@ func New(ctx context.Context, getenv func(string) string, logOut io.Writer, need
 	if err != nil {
 		return nil, fmt.Errorf("creating database pool: %w", err)
 	}
-	return &App{Config: cfg, Logger: log, Pool: pool, AWS: awsCfg}, nil
+	return &App{Config: cfg, Logger: log, Pool: pool, AWS: awsCfg, Out: logOut}, nil
 }
 
 // Close releases the pool.
@@ -85,6 +88,7 @@ func (a *App) Dispatcher(sender dispatch.Sender) (*dispatch.Dispatcher, error) {
 	return dispatch.New(outbox.NewStore(a.Pool), sender, dispatch.Config{
 		Routes: a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
 		MaxAttempts: a.Config.MaxAttempts, Lease: a.Config.Lease, Logger: a.Logger,
+		Metrics: metrics.NewEmitter(a.Out, "dispatch"),
 	})
 }
 
@@ -119,6 +123,7 @@ func (a *App) PushWorker(creds push.Credentials) (*push.Worker, error) {
 	return push.New(outbox.NewStore(a.Pool), creds, push.Config{
 		Providers: a.Providers(), Concurrency: a.Config.PushConcurrency, MaxAttempts: a.Config.MaxAttempts,
 		ProviderTimeout: a.Config.ProviderTimeout, Logger: a.Logger,
+		Metrics: metrics.NewEmitter(a.Out, "push-purchase-order"),
 	})
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/message"
+	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
 )
 
@@ -51,6 +52,8 @@ type Config struct {
 	// run stops claiming (default 10s).
 	Reserve time.Duration
 	Logger  *slog.Logger
+	// Metrics receives one EMF line per run (nil: none).
+	Metrics *metrics.Emitter
 }
 
 // Dispatcher runs dispatch invocations.
@@ -97,10 +100,15 @@ func (d *Dispatcher) Handle(ctx context.Context, raw json.RawMessage) (Summary, 
 // back at once; the run then stops.
 func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 	log := logging.ForRequest(ctx, d.cfg.Logger)
-	var s Summary
+	var (
+		s   Summary
+		run = runStats{}
+	)
+	defer func() { d.emit(s, run) }()
 	if n, err := d.store.DeadLetterExpired(ctx, d.cfg.MaxAttempts); err != nil {
 		return s, err
 	} else if n > 0 {
+		run.deadLettered = n
 		log.WarnContext(ctx, "expired leases with no attempts left moved to dead_letter", "count", n)
 	}
 	limit := cmp.Or(req.Limit, d.cfg.MaxPerRun)
@@ -121,6 +129,11 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 			return s, err
 		}
 		s.Claimed += len(claims)
+		for _, c := range claims {
+			if c.Reclaimed {
+				run.reclaimed++
+			}
+		}
 		done, err := d.dispatchBatch(ctx, log, claims, &s)
 		if err != nil || done || len(claims) < want {
 			logSummary(ctx, log, s, err)
@@ -129,6 +142,19 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 	}
 	logSummary(ctx, log, s, nil)
 	return s, nil
+}
+
+// runStats counts what a run did beyond its Summary.
+type runStats struct {
+	reclaimed    int // rows claimed again after their lease expired
+	deadLettered int // expired leases with no attempts left
+}
+
+func (d *Dispatcher) emit(s Summary, run runStats) {
+	d.cfg.Metrics.Emit("",
+		metrics.Counter("Claimed", s.Claimed), metrics.Counter("Dispatched", s.Dispatched),
+		metrics.Counter("Released", s.Released), metrics.Counter("Unsupported", s.Unsupported),
+		metrics.Counter("LeasesReclaimed", run.reclaimed), metrics.Counter("DeadLettered", run.deadLettered))
 }
 
 func logSummary(ctx context.Context, log *slog.Logger, s Summary, err error) {

@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"integration-outbox/internal/dispatch"
 	"integration-outbox/internal/message"
+	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/testenv"
 )
@@ -246,5 +248,30 @@ func TestSendFailuresPutTheRowsBackAtOnce(t *testing.T) {
 	s, err = b3.dispatcher(t, nil, 50).Run(context.Background(), dispatch.Request{})
 	if err == nil || s.Released != 2 {
 		t.Fatalf("missing queue: %+v %v", s, err)
+	}
+}
+
+func TestRunEmitsOneValidEMFLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.commands(t, 3, testenv.CommandOpts{})
+	b.commands(t, 1, testenv.CommandOpts{CommandType: "push_invoice"})
+	var buf bytes.Buffer
+	d, err := dispatch.New(outbox.NewStore(b.f.Pool), b.sqs, dispatch.Config{
+		Routes: dispatch.Routes{"push_purchase_order": b.queue}, Metrics: metrics.NewEmitter(&buf, "dispatch")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Run(context.Background(), dispatch.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	line := bytes.TrimSpace(buf.Bytes())
+	if err := metrics.Validate(line); err != nil || bytes.Count(line, []byte("\n")) != 0 {
+		t.Fatalf("EMF %s: %v", line, err)
+	}
+	var doc map[string]any
+	json.Unmarshal(line, &doc)
+	if doc["Function"] != "dispatch" || doc["Claimed"] != 4.0 || doc["Dispatched"] != 3.0 || doc["Unsupported"] != 1.0 || doc["Released"] != 0.0 {
+		t.Errorf("EMF values %s", line)
 	}
 }

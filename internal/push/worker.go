@@ -18,6 +18,7 @@ import (
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/message"
+	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/provider"
 )
@@ -49,6 +50,8 @@ type Config struct {
 	Logger        *slog.Logger
 	// Jitter returns the retry jitter in [0, 1) (default random).
 	Jitter func() float64
+	// Metrics receives EMF lines per batch (nil: none).
+	Metrics *metrics.Emitter
 }
 
 // Worker handles SQS batches of push_purchase_order messages.
@@ -86,6 +89,8 @@ type delivery struct {
 func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	log := logging.ForRequest(ctx, w.cfg.Logger)
 	resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
+	stats := newBatchStats(w.creds)
+	defer func() { stats.emit(w.cfg.Metrics, w.creds) }()
 	var deliveries []delivery
 	for _, rec := range ev.Records {
 		m, err := message.Decode(rec.Body)
@@ -93,6 +98,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 			err = fmt.Errorf("message body: commandType: %q is not handled by this function", m.CommandType)
 		}
 		if err != nil {
+			stats.malformed++
 			log.WarnContext(ctx, "malformed message acknowledged without processing",
 				"messageId", rec.MessageId, "error", err.Error())
 			continue
@@ -126,6 +132,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	taken := make(map[string]bool, len(jobs)) // a message repeated in one batch runs once
 	for _, d := range deliveries {
 		if _, ok := started[d.msg.OutboxID]; !ok || taken[d.msg.OutboxID] {
+			stats.duplicates++
 			log.InfoContext(ctx, "duplicate or stale delivery acknowledged: claim not current or already started",
 				"messageId", d.messageID, "outboxId", d.msg.OutboxID, "organizationId", d.msg.OrganizationID)
 			continue
@@ -134,16 +141,20 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		toRun = append(toRun, d)
 	}
 
-	outcomes := make([]outbox.Outcome, len(toRun))
+	results := make([]jobResult, len(toRun))
 	g := errgroup.Group{}
 	g.SetLimit(w.cfg.Concurrency)
 	for i, d := range toRun {
 		g.Go(func() error {
-			outcomes[i] = w.run(ctx, log, started[d.msg.OutboxID])
+			results[i] = w.run(ctx, log, started[d.msg.OutboxID])
 			return nil
 		})
 	}
 	g.Wait()
+	outcomes := make([]outbox.Outcome, len(results))
+	for i, r := range results {
+		outcomes[i] = r.outcome
+	}
 
 	recorded, err := w.record(ctx, outcomes)
 	if err != nil {
@@ -152,6 +163,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		fail(toRun)
 		return resp, nil
 	}
+	stats.add(results, recorded)
 	for _, o := range outcomes {
 		if !recorded[o.OutboxID] {
 			log.WarnContext(ctx, "result not recorded: the claim is no longer current",
@@ -189,11 +201,22 @@ func (w *Worker) record(ctx context.Context, outcomes []outbox.Outcome) (map[str
 	return nil, err
 }
 
+// jobResult is what running one job produced.
+type jobResult struct {
+	outcome  outbox.Outcome
+	provider string        // the connection's provider, when known
+	latency  time.Duration // of the provider call(s); 0 when none was made
+}
+
 // run delivers one started job and returns its outcome; it never fails.
-func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job) outbox.Outcome {
+func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job) jobResult {
 	log := base.With("outboxId", job.ID, "organizationId", job.OrganizationID, "attempt", job.AttemptCount)
 	began := time.Now()
-	o, secrets := w.deliver(ctx, log, job)
+	var res jobResult
+	if job.Connection != nil {
+		res.provider = job.Connection.Provider
+	}
+	o, secrets := w.deliver(ctx, log, job, &res.latency)
 	o.OutboxID, o.OrganizationID, o.ClaimToken = job.ID, job.OrganizationID, job.ClaimToken
 	if job.Connection != nil {
 		o.LocationID = job.Connection.LocationID
@@ -207,12 +230,13 @@ func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job) out
 	log.Log(ctx, level, "job finished", "status", o.Status, "providerStatus", o.ProviderStatus,
 		"providerReference", o.ProviderReference, "conflictType", o.ConflictType, "error", o.LastError,
 		"retryInSeconds", o.RetryIn.Seconds(), "durationMs", time.Since(began).Milliseconds())
-	return o
+	res.outcome = o
+	return res
 }
 
 // deliver does the work of one job. It returns the outcome and the secret
 // values that must not appear in any text it stores.
-func (w *Worker) deliver(ctx context.Context, log *slog.Logger, job outbox.Job) (outbox.Outcome, []string) {
+func (w *Worker) deliver(ctx context.Context, log *slog.Logger, job outbox.Job, latency *time.Duration) (outbox.Outcome, []string) {
 	if job.CommandType != CommandType {
 		return unsupported(fmt.Sprintf("unsupported command type %q", job.CommandType)), nil
 	}
@@ -251,7 +275,9 @@ func (w *Worker) deliver(ctx context.Context, log *slog.Logger, job outbox.Job) 
 				return w.retryable(job, err.Error(), 0), nil
 			}
 		}
+		callStart := time.Now()
 		res, err := w.call(ctx, p, pconn, cred, cmd)
+		*latency += time.Since(callStart)
 		var perr *provider.Error
 		if errors.As(err, &perr) && perr.AuthFailed && !refreshed && conn.CredentialReference != "" {
 			log.InfoContext(ctx, "provider refused the credential; refreshing it once", "statusCode", perr.StatusCode)

@@ -21,6 +21,7 @@ import (
 
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/message"
+	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/push"
@@ -113,6 +114,7 @@ type bundle struct {
 type options struct {
 	maxAttempts int
 	timeout     time.Duration
+	metrics     io.Writer
 }
 
 func setup(t *testing.T, opts ...func(*options)) bundle {
@@ -133,7 +135,8 @@ func setup(t *testing.T, opts ...func(*options)) bundle {
 			provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: true, Timeout: o.timeout}),
 			provider.NewSandbox(provider.SandboxConfig{})),
 		MaxAttempts: o.maxAttempts, ProviderTimeout: o.timeout,
-		Jitter: func() float64 { return 0 },
+		Jitter:  func() float64 { return 0 },
+		Metrics: metricsTo(o.metrics),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -479,7 +482,7 @@ func TestBadInputEndsInItsConflictWithoutACall(t *testing.T) {
 			Payload: map[string]any{"externalsupplierid": "S"}}): "payload_invalid",
 		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn, Provider: "webhook", EntityID: po,
 			Payload: map[string]any{"externalSupplierId": 42}}): "payload_invalid",
-		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: badConfig, Provider: "webhook", EntityID: po}): "configuration_invalid",
+		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: badConfig, Provider: "webhook", EntityID: po}):    "configuration_invalid",
 		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.f.NewID(t), Provider: "webhook", EntityID: po}): "configuration_invalid",
 	}
 	b.handle(t, b.claim(t, 10))
@@ -536,4 +539,69 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+func metricsTo(w io.Writer) *metrics.Emitter {
+	if w == nil {
+		return nil
+	}
+	return metrics.NewEmitter(w, "push-purchase-order")
+}
+
+func TestBatchEmitsValidEMFByProviderNeverByTenant(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	b := setup(t, func(o *options) { o.metrics = &buf })
+	rc := newReceiver(t, answer(200, nil, `{"id":"m"}`))
+	ref := secret(t, `{"token":"tok-metrics"}`, b.org)
+	b.webhookCommand(t, rc.URL, ref)
+	b.webhookCommand(t, rc.URL, ref)
+	ev := b.claim(t, 10)
+	ev.Records = append(ev.Records, ev.Records[0], events.SQSMessage{MessageId: "junk", Body: "{"})
+	b.handle(t, ev)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d EMF lines, want 2 (function level + webhook):\n%s", len(lines), buf.String())
+	}
+	var byProvider, fn map[string]any
+	for _, l := range lines {
+		if err := metrics.Validate([]byte(l)); err != nil {
+			t.Errorf("invalid EMF: %v\n%s", err, l)
+		}
+		if strings.Contains(l, b.org) {
+			t.Errorf("EMF line carries a tenant id: %s", l)
+		}
+		var doc map[string]any
+		json.Unmarshal([]byte(l), &doc)
+		if doc["Provider"] == "webhook" {
+			byProvider = doc
+		} else {
+			fn = doc
+		}
+	}
+	if byProvider["Completed"] != 2.0 || len(byProvider["ProviderLatency"].([]any)) != 2 {
+		t.Errorf("provider line %v", byProvider)
+	}
+	// Two concurrent look-ups of one secret: counted per look-up, one AWS fetch.
+	if fn["DuplicateDeliveriesIgnored"] != 1.0 || fn["MalformedMessages"] != 1.0 ||
+		fn["SecretCacheMisses"].(float64)+fn["SecretCacheHits"].(float64) != 2 || b.secrets.gets.Load() != 1 {
+		t.Errorf("function line %v", fn)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -1,0 +1,89 @@
+package push
+
+import (
+	"integration-outbox/internal/metrics"
+	"integration-outbox/internal/outbox"
+)
+
+// cacheStats is implemented by a credential resolver that counts its cache
+// hits and misses.
+type cacheStats interface {
+	Stats() (hits, misses int64)
+}
+
+// batchStats counts what one SQS batch did, for its EMF lines.
+type batchStats struct {
+	malformed, duplicates, notRecorded int
+	hits0, misses0                     int64
+	byProvider                         map[string]*providerStats
+}
+
+type providerStats struct {
+	statuses  map[string]int
+	latencyMs []float64
+}
+
+func newBatchStats(creds Credentials) *batchStats {
+	s := &batchStats{byProvider: map[string]*providerStats{}}
+	if cs, ok := creds.(cacheStats); ok {
+		s.hits0, s.misses0 = cs.Stats()
+	}
+	return s
+}
+
+func (s *batchStats) add(results []jobResult, recorded map[string]bool) {
+	for _, r := range results {
+		if !recorded[r.outcome.OutboxID] {
+			s.notRecorded++
+			continue
+		}
+		name := r.provider
+		if name == "" {
+			name = "unknown"
+		}
+		ps := s.byProvider[name]
+		if ps == nil {
+			ps = &providerStats{statuses: map[string]int{}}
+			s.byProvider[name] = ps
+		}
+		ps.statuses[r.outcome.Status]++
+		if r.latency > 0 {
+			ps.latencyMs = append(ps.latencyMs, float64(r.latency.Microseconds())/1000)
+		}
+	}
+}
+
+// statusMetric names the metric each recorded status counts into.
+var statusMetric = []struct{ status, metric string }{
+	{outbox.StatusCompleted, "Completed"},
+	{outbox.StatusFailed, "Failed"},
+	{outbox.StatusDeadLetter, "DeadLettered"},
+	{outbox.StatusUnsupported, "Unsupported"},
+	{outbox.StatusUncertain, "Uncertain"},
+	{outbox.StatusProcessing, "Accepted"},
+}
+
+func (s *batchStats) emit(m *metrics.Emitter, creds Credentials) {
+	if m == nil {
+		return
+	}
+	fn := []metrics.Value{
+		metrics.Counter("DuplicateDeliveriesIgnored", s.duplicates),
+		metrics.Counter("MalformedMessages", s.malformed),
+		metrics.Counter("ResultsNotRecorded", s.notRecorded),
+	}
+	if cs, ok := creds.(cacheStats); ok {
+		hits, misses := cs.Stats()
+		fn = append(fn, metrics.Counter("SecretCacheHits", int(hits-s.hits0)),
+			metrics.Counter("SecretCacheMisses", int(misses-s.misses0)))
+	}
+	m.Emit("", fn...)
+	for name, ps := range s.byProvider {
+		var vals []metrics.Value
+		for _, sm := range statusMetric {
+			vals = append(vals, metrics.Counter(sm.metric, ps.statuses[sm.status]))
+		}
+		vals = append(vals, metrics.Value{Name: "ProviderLatency", Unit: metrics.Milliseconds, Values: ps.latencyMs})
+		m.Emit(name, vals...)
+	}
+}
