@@ -90,20 +90,22 @@ set status = 'queued',
     lease_expires_at = null,
     next_attempt_at = null,
     updated_at = now()
-from unnest($1::uuid[], $2::uuid[], $3::uuid[]) as r(id, organization_id, claim_token)
+from unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[]) as r(id, organization_id, claim_token, connection_id)
 where o.id = r.id and o.organization_id = r.organization_id
+  and o.integration_connection_id is not distinct from r.connection_id
   and o.claim_token = r.claim_token and o.status = 'processing' and o.started_at is null`
 
-// unsupportedSQL ends claimed rows nobody can deliver ($4 says why).
+// unsupportedSQL ends claimed rows nobody can deliver ($5 says why).
 const unsupportedSQL = `
 update external_integration_outbox o
 set status = 'unsupported',
     completed_at = now(),
-    last_error = $4,
+    last_error = $5,
     lease_expires_at = null,
     updated_at = now()
-from unnest($1::uuid[], $2::uuid[], $3::uuid[]) as r(id, organization_id, claim_token)
+from unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[]) as r(id, organization_id, claim_token, connection_id)
 where o.id = r.id and o.organization_id = r.organization_id
+  and o.integration_connection_id is not distinct from r.connection_id
   and o.claim_token = r.claim_token and o.status = 'processing'`
 
 // startSQL consumes claims: one atomic update marks each job started for its
@@ -113,12 +115,13 @@ where o.id = r.id and o.organization_id = r.organization_id
 // the connection has a location. Purchase-order keys come out in camelCase.
 const startSQL = `
 with req as (
-    select * from unnest($1::uuid[], $2::uuid[], $3::uuid[]) as r(id, organization_id, claim_token)
+    select * from unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[]) as r(id, organization_id, claim_token, connection_id)
 ), started as (
     update external_integration_outbox o
     set started_at = now(), updated_at = now()
     from req
     where o.id = req.id and o.organization_id = req.organization_id
+      and o.integration_connection_id is not distinct from req.connection_id
       and o.claim_token = req.claim_token
       and o.status = 'processing' and o.started_at is null
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type,
@@ -157,9 +160,9 @@ left join lateral (
 const recordSQL = `
 with res as (
     select * from unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
-        $7::text[], $8::float8[], $9::text[], $10::text[], $11::uuid[])
+        $7::text[], $8::float8[], $9::text[], $10::text[], $11::uuid[], $12::uuid[])
         as r(id, organization_id, claim_token, status, provider_reference, provider_status,
-            last_error, retry_seconds, conflict_type, conflict_summary, location_id)
+            last_error, retry_seconds, conflict_type, conflict_summary, location_id, connection_id)
 ), updated as (
     update external_integration_outbox o
     set status = res.status,
@@ -173,6 +176,7 @@ with res as (
         updated_at = now()
     from res
     where o.id = res.id and o.organization_id = res.organization_id
+      and o.integration_connection_id is not distinct from res.connection_id
       and o.claim_token = res.claim_token
       and o.status = 'processing' and o.started_at is not null
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type,

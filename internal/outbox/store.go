@@ -108,8 +108,8 @@ func (s *Store) Release(ctx context.Context, claims []Claim) (int, error) {
 	if len(claims) == 0 {
 		return 0, nil
 	}
-	ids, orgs, tokens := claimColumns(claims)
-	tag, err := s.db.Exec(ctx, releaseSQL, ids, orgs, tokens)
+	ids, orgs, tokens, conns := claimColumns(claims)
+	tag, err := s.db.Exec(ctx, releaseSQL, ids, orgs, tokens, conns)
 	if err != nil {
 		return 0, fmt.Errorf("releasing %d claimed rows: %w", len(claims), err)
 	}
@@ -121,27 +121,29 @@ func (s *Store) MarkUnsupported(ctx context.Context, claims []Claim, reason stri
 	if len(claims) == 0 {
 		return 0, nil
 	}
-	ids, orgs, tokens := claimColumns(claims)
-	tag, err := s.db.Exec(ctx, unsupportedSQL, ids, orgs, tokens, reason)
+	ids, orgs, tokens, conns := claimColumns(claims)
+	tag, err := s.db.Exec(ctx, unsupportedSQL, ids, orgs, tokens, conns, reason)
 	if err != nil {
 		return 0, fmt.Errorf("marking %d rows unsupported: %w", len(claims), err)
 	}
 	return int(tag.RowsAffected()), nil
 }
 
-func claimColumns(claims []Claim) (ids, orgs, tokens []string) {
+func claimColumns(claims []Claim) (ids, orgs, tokens []string, conns []*string) {
 	for _, c := range claims {
 		ids = append(ids, c.ID)
 		orgs = append(orgs, c.OrganizationID)
 		tokens = append(tokens, c.ClaimToken)
+		conns = append(conns, nullable(c.ConnectionID))
 	}
-	return ids, orgs, tokens
+	return ids, orgs, tokens, conns
 }
 
 // StartRequest names one delivered claim.
 type StartRequest struct {
 	OutboxID       string
 	OrganizationID string
+	ConnectionID   string
 	ClaimToken     string
 }
 
@@ -185,10 +187,11 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 	ids := make([]string, len(reqs))
 	orgs := make([]string, len(reqs))
 	tokens := make([]string, len(reqs))
+	conns := make([]*string, len(reqs))
 	for i, r := range reqs {
-		ids[i], orgs[i], tokens[i] = r.OutboxID, r.OrganizationID, r.ClaimToken
+		ids[i], orgs[i], tokens[i], conns[i] = r.OutboxID, r.OrganizationID, r.ClaimToken, nullable(r.ConnectionID)
 	}
-	rows, err := s.db.Query(ctx, startSQL, ids, orgs, tokens)
+	rows, err := s.db.Query(ctx, startSQL, ids, orgs, tokens, conns)
 	if err != nil {
 		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), err)
 	}
@@ -221,6 +224,7 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 type Outcome struct {
 	OutboxID       string
 	OrganizationID string
+	ConnectionID   string
 	ClaimToken     string
 	// LocationID is the connection's location, copied onto a conflict.
 	LocationID string
@@ -252,15 +256,17 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) ([]string, error
 		refs, provStatuses, errs    = make([]*string, n), make([]*string, n), make([]*string, n)
 		retry                       = make([]float64, n)
 		ctypes, summaries, locs     = make([]*string, n), make([]*string, n), make([]*string, n)
+		conns                       = make([]*string, n)
 	)
 	for i, o := range outcomes {
 		ids[i], orgs[i], tokens[i], statuses[i] = o.OutboxID, o.OrganizationID, o.ClaimToken, o.Status
 		refs[i], provStatuses[i], errs[i] = nullable(o.ProviderReference), nullable(o.ProviderStatus), nullable(o.LastError)
 		retry[i] = o.RetryIn.Seconds()
 		ctypes[i], summaries[i], locs[i] = nullable(o.ConflictType), nullable(o.ConflictSummary), nullable(o.LocationID)
+		conns[i] = nullable(o.ConnectionID)
 	}
 	rows, err := s.db.Query(ctx, recordSQL, ids, orgs, tokens, statuses, refs, provStatuses, errs, retry,
-		ctypes, summaries, locs)
+		ctypes, summaries, locs, conns)
 	if err != nil {
 		return nil, fmt.Errorf("recording %d results: %w", n, err)
 	}

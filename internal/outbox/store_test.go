@@ -198,13 +198,14 @@ func TestStartConsumesTheClaimOnceAndLoadsScopedData(t *testing.T) {
 		t.Fatal(claims, err)
 	}
 	c := claims[0]
-	stale := outbox.StartRequest{OutboxID: id, OrganizationID: b.org, ClaimToken: b.f.NewID(t)}
-	otherOrg := outbox.StartRequest{OutboxID: id, OrganizationID: b.f.NewID(t), ClaimToken: c.ClaimToken}
-	jobs, err := b.store.Start(ctx, []outbox.StartRequest{stale, otherOrg})
+	stale := outbox.StartRequest{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: b.f.NewID(t)}
+	otherOrg := outbox.StartRequest{OutboxID: id, OrganizationID: b.f.NewID(t), ConnectionID: b.conn, ClaimToken: c.ClaimToken}
+	otherConn := outbox.StartRequest{OutboxID: id, OrganizationID: b.org, ConnectionID: b.f.NewID(t), ClaimToken: c.ClaimToken}
+	jobs, err := b.store.Start(ctx, []outbox.StartRequest{stale, otherOrg, otherConn})
 	if err != nil || len(jobs) != 0 {
 		t.Fatalf("stale/foreign start = %v, %v; want none", jobs, err)
 	}
-	good := outbox.StartRequest{OutboxID: id, OrganizationID: b.org, ClaimToken: c.ClaimToken}
+	good := outbox.StartRequest{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: c.ClaimToken}
 	jobs, err = b.store.Start(ctx, []outbox.StartRequest{good, good})
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("start = %v, %v; want one job", jobs, err)
@@ -263,7 +264,8 @@ func TestStartNeverLoadsAnotherTenantsOrLocationsOrder(t *testing.T) {
 	}
 	var reqs []outbox.StartRequest
 	for _, c := range claims {
-		reqs = append(reqs, outbox.StartRequest{OutboxID: c.ID, OrganizationID: c.OrganizationID, ClaimToken: c.ClaimToken})
+		reqs = append(reqs, outbox.StartRequest{OutboxID: c.ID, OrganizationID: c.OrganizationID,
+			ConnectionID: c.ConnectionID, ClaimToken: c.ClaimToken})
 	}
 	jobs, err := b.store.Start(ctx, reqs)
 	if err != nil {
@@ -291,10 +293,10 @@ func TestRecordIsFencedByTheClaimTokenAndOpensOneConflict(t *testing.T) {
 	id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
 	claims, _ := b.store.Claim(ctx, params(1))
 	c := claims[0]
-	if _, err := b.store.Start(ctx, []outbox.StartRequest{{OutboxID: id, OrganizationID: b.org, ClaimToken: c.ClaimToken}}); err != nil {
+	if _, err := b.store.Start(ctx, []outbox.StartRequest{{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: c.ClaimToken}}); err != nil {
 		t.Fatal(err)
 	}
-	dead := outbox.Outcome{OutboxID: id, OrganizationID: b.org, ClaimToken: b.f.NewID(t), Status: "dead_letter",
+	dead := outbox.Outcome{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: b.f.NewID(t), Status: "dead_letter",
 		LastError: "x", ConflictType: "provider_rejected", ConflictSummary: "s"}
 	got, err := b.store.Record(ctx, []outbox.Outcome{dead})
 	if err != nil || len(got) != 0 {

@@ -116,7 +116,8 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 
 	reqs := make([]outbox.StartRequest, len(deliveries))
 	for i, d := range deliveries {
-		reqs[i] = outbox.StartRequest{OutboxID: d.msg.OutboxID, OrganizationID: d.msg.OrganizationID, ClaimToken: d.msg.ClaimToken}
+		reqs[i] = outbox.StartRequest{OutboxID: d.msg.OutboxID, OrganizationID: d.msg.OrganizationID,
+			ConnectionID: d.msg.ConnectionID, ClaimToken: d.msg.ClaimToken}
 	}
 	jobs, err := w.store.Start(ctx, reqs)
 	if err != nil {
@@ -217,7 +218,7 @@ func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job) job
 		res.provider = job.Connection.Provider
 	}
 	o, secrets := w.deliver(ctx, log, job, &res.latency)
-	o.OutboxID, o.OrganizationID, o.ClaimToken = job.ID, job.OrganizationID, job.ClaimToken
+	o.OutboxID, o.OrganizationID, o.ConnectionID, o.ClaimToken = job.ID, job.OrganizationID, job.ConnectionID, job.ClaimToken
 	if job.Connection != nil {
 		o.LocationID = job.Connection.LocationID
 	}
