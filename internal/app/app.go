@@ -47,7 +47,14 @@ func New(ctx context.Context, getenv func(string) string, logOut io.Writer, need
 		return nil, err
 	}
 	log := logging.New(logOut, cfg.LogLevel)
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
+	var awsOpts []func(*awsconfig.LoadOptions) error
+	if v := getenv("AWS_REGION"); v != "" {
+		awsOpts = append(awsOpts, awsconfig.WithRegion(v))
+	}
+	if v := getenv("AWS_ENDPOINT_URL"); v != "" {
+		awsOpts = append(awsOpts, awsconfig.WithBaseEndpoint(v))
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("loading AWS config: %w", err)
 	}
@@ -82,13 +89,18 @@ func (a *App) Routes() dispatch.Routes {
 
 // Dispatcher builds the dispatch handler.
 func (a *App) Dispatcher(sender dispatch.Sender) (*dispatch.Dispatcher, error) {
+	return a.dispatcher(sender, "dispatch")
+}
+
+// dispatcher builds a dispatcher whose metrics name function.
+func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dispatcher, error) {
 	if sender == nil {
 		sender = sqs.NewFromConfig(a.AWS)
 	}
 	return dispatch.New(outbox.NewStore(a.Pool), sender, dispatch.Config{
 		Routes: a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
 		MaxAttempts: a.Config.MaxAttempts, Lease: a.Config.Lease, Logger: a.Logger,
-		Metrics: metrics.NewEmitter(a.Out, "dispatch"),
+		Metrics: metrics.NewEmitter(a.Out, function),
 	})
 }
 

@@ -26,7 +26,7 @@ import (
 
 // Store is what the dispatcher needs of the outbox.
 type Store interface {
-	DeadLetterExpired(ctx context.Context, maxAttempts int) (int, error)
+	DeadLetterExpired(ctx context.Context, p outbox.ClaimParams) (int, error)
 	Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Claim, error)
 	Release(ctx context.Context, claims []outbox.Claim) (int, error)
 	MarkUnsupported(ctx context.Context, claims []outbox.Claim, reason string) (int, error)
@@ -105,7 +105,9 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 		run = runStats{}
 	)
 	defer func() { d.emit(s, run) }()
-	if n, err := d.store.DeadLetterExpired(ctx, d.cfg.MaxAttempts); err != nil {
+	scope := outbox.ClaimParams{MaxAttempts: d.cfg.MaxAttempts, Lease: d.cfg.Lease,
+		OrganizationID: req.OrganizationID, IDs: req.IDs}
+	if n, err := d.store.DeadLetterExpired(ctx, scope); err != nil {
 		return s, err
 	} else if n > 0 {
 		run.deadLettered = n
@@ -121,10 +123,8 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 			break
 		}
 		want := min(d.cfg.BatchSize, limit-s.Claimed)
-		claims, err := d.store.Claim(ctx, outbox.ClaimParams{
-			Limit: want, MaxAttempts: d.cfg.MaxAttempts, Lease: d.cfg.Lease,
-			OrganizationID: req.OrganizationID, IDs: req.IDs,
-		})
+		scope.Limit = want
+		claims, err := d.store.Claim(ctx, scope)
 		if err != nil {
 			return s, err
 		}

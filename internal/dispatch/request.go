@@ -40,9 +40,19 @@ func ParseEvent(raw []byte) (Request, error) {
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return Request{}, fmt.Errorf("dispatch event: payload: must be a JSON object")
 	}
-	if _, ok := probe["detail-type"]; ok {
-		// An EventBridge rule's envelope: AWS owns its shape, so only the
-		// marker is checked. It asks for a regular scheduled run.
+	if dt, ok := probe["detail-type"]; ok {
+		// An EventBridge rule's envelope: AWS owns its shape, so only its
+		// marker is checked. It asks for a regular scheduled run and cannot
+		// carry console fields.
+		var detailType string
+		if err := json.Unmarshal(dt, &detailType); err != nil || detailType != "Scheduled Event" {
+			return Request{}, fmt.Errorf(`dispatch event: detail-type: must be "Scheduled Event", got %s`, clip(dt))
+		}
+		for _, k := range []string{"limit", "organizationId"} {
+			if _, mixed := probe[k]; mixed {
+				return Request{}, fmt.Errorf("dispatch event: %s: not allowed in an EventBridge envelope", k)
+			}
+		}
 		return Request{}, nil
 	}
 	var ev consoleEvent
@@ -63,4 +73,11 @@ func ParseEvent(raw []byte) (Request, error) {
 		req.OrganizationID = *ev.OrganizationID
 	}
 	return req, nil
+}
+
+func clip(raw []byte) string {
+	if len(raw) > 64 {
+		return string(raw[:64]) + "…"
+	}
+	return string(raw)
 }

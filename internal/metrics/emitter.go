@@ -36,8 +36,11 @@ type Emitter struct {
 	now      func() time.Time
 }
 
-// NewEmitter returns an emitter for function writing to w.
+// NewEmitter returns an emitter for function writing to w (nil: discard).
 func NewEmitter(w io.Writer, function string) *Emitter {
+	if w == nil {
+		w = io.Discard
+	}
 	return &Emitter{w: w, function: function, now: time.Now}
 }
 

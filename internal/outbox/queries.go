@@ -50,7 +50,8 @@ returning o.id::text, o.organization_id::text, coalesce(o.integration_connection
     o.id in (select id from expired) as reclaimed, o.created_at`
 
 // deadLetterExpiredSQL moves rows whose lease expired after their last
-// attempt to dead_letter, with their one open conflict. $1 MAX_ATTEMPTS.
+// attempt to dead_letter, with their one open conflict. $1 MAX_ATTEMPTS, $2
+// optional organization, $3 optional id list (the same scope as the claim).
 const deadLetterExpiredSQL = `
 with expired as (
     update external_integration_outbox o
@@ -62,6 +63,8 @@ with expired as (
     where o.status = 'processing' and o.provider_status is null
       and o.lease_expires_at < now()
       and o.attempt_count >= $1
+      and ($2::uuid is null or o.organization_id = $2)
+      and ($3::uuid[] is null or o.id = any($3))
     returning o.*
 ), conflicts as (
     insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,

@@ -64,17 +64,22 @@ type ClaimParams struct {
 	IDs []string
 }
 
-// Claim claims up to p.Limit due rows, oldest first, skipping rows other
-// claimers hold: each gets status processing, attempt_count+1, a fresh claim
-// token and a lease.
-func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
-	var org, ids any
+// scope returns the optional organization and id filters as SQL arguments.
+func (p ClaimParams) scope() (org, ids any) {
 	if p.OrganizationID != "" {
 		org = p.OrganizationID
 	}
 	if p.IDs != nil {
 		ids = p.IDs
 	}
+	return org, ids
+}
+
+// Claim claims up to p.Limit due rows, oldest first, skipping rows other
+// claimers hold: each gets status processing, attempt_count+1, a fresh claim
+// token and a lease.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
+	org, ids := p.scope()
 	rows, err := s.db.Query(ctx, claimSQL, p.Limit, p.MaxAttempts, p.Lease.Seconds(), org, ids)
 	if err != nil {
 		return nil, fmt.Errorf("claiming outbox batch: %w", err)
@@ -93,10 +98,13 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
 }
 
 // DeadLetterExpired moves rows whose lease expired after their last attempt
-// to dead_letter and opens their conflict. It returns how many it moved.
-func (s *Store) DeadLetterExpired(ctx context.Context, maxAttempts int) (int, error) {
+// to dead_letter and opens their conflict, within the scope of p (its
+// OrganizationID and IDs; Limit and Lease are not used). It returns how many
+// it moved.
+func (s *Store) DeadLetterExpired(ctx context.Context, p ClaimParams) (int, error) {
+	org, ids := p.scope()
 	var n int
-	if err := s.db.QueryRow(ctx, deadLetterExpiredSQL, maxAttempts).Scan(&n); err != nil {
+	if err := s.db.QueryRow(ctx, deadLetterExpiredSQL, p.MaxAttempts, org, ids).Scan(&n); err != nil {
 		return 0, fmt.Errorf("dead-lettering expired leases: %w", err)
 	}
 	return n, nil

@@ -163,7 +163,11 @@ func TestExpiredLeaseIsReclaimedUnlessAcceptedOrExhausted(t *testing.T) {
 	b.f.Pool.Exec(ctx, `update external_integration_outbox set lease_expires_at = now() - interval '1 second', started_at = now() where id = any($1)`,
 		[]string{crashed, exhausted})
 
-	n, err := b.store.DeadLetterExpired(ctx, 10)
+	n, err := b.store.DeadLetterExpired(ctx, outbox.ClaimParams{MaxAttempts: 10, OrganizationID: b.f.NewID(t)})
+	if err != nil || n != 0 {
+		t.Fatalf("DeadLetterExpired for another organization = %d, %v; want 0", n, err)
+	}
+	n, err = b.store.DeadLetterExpired(ctx, outbox.ClaimParams{MaxAttempts: 10})
 	if err != nil || n != 1 {
 		t.Fatalf("DeadLetterExpired = %d, %v; want 1", n, err)
 	}

@@ -132,6 +132,9 @@ func syntaxMessage(err error) string {
 }
 
 func join(path, key string) string {
+	if key == "" {
+		key = `""`
+	}
 	if path == "" {
 		return key
 	}

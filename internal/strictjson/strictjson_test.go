@@ -35,6 +35,7 @@ func TestDecode(t *testing.T) {
 		{`{"limit": 5`, "payload: malformed JSON"},
 		{``, "payload: must be a JSON object"},
 		{`{"flag": null, "filter": null}`, ""},
+		{`{"": 0}`, `"": unknown field`},
 	} {
 		var o outer
 		err := Decode([]byte(tc.in), &o)

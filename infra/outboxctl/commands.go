@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"integration-outbox/internal/message"
+	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/report"
+	"integration-outbox/internal/rerun"
+)
+
+// maxListLimit bounds -limit.
+const maxListLimit = 1000
+
+var statuses = []string{outbox.StatusQueued, outbox.StatusProcessing, outbox.StatusCompleted,
+	outbox.StatusFailed, outbox.StatusUncertain, outbox.StatusUnsupported, outbox.StatusDeadLetter}
+
+func (c *cli) flags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	return fs
+}
+
+// parse parses flags placed before or after the positional arguments
+// ("show ID -org ORG") and returns the positional ones.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usagef("%s", err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func checkUUID(flagName, v string, required bool) error {
+	if v == "" {
+		if required {
+			return usagef("%s is required", flagName)
+		}
+		return nil
+	}
+	if !message.IsUUID(v) {
+		return usagef("%s: must be a uuid, got %q", flagName, v)
+	}
+	return nil
+}
+
+func checkLimit(n int) error {
+	if n < 1 || n > maxListLimit {
+		return usagef("-limit: must be from 1 to %d, got %d", maxListLimit, n)
+	}
+	return nil
+}
+
+func (c *cli) list(ctx context.Context, args []string) error {
+	fs := c.flags("list")
+	org := fs.String("org", "", "only this organization's rows")
+	status := fs.String("status", "", "only rows in this status ("+strings.Join(statuses, ", ")+")")
+	conn := fs.String("connection", "", "only rows of this integration connection")
+	limit := fs.Int("limit", 50, "at most this many rows, newest first")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	if err := errors.Join(checkUUID("-org", *org, false), checkUUID("-connection", *conn, false),
+		checkLimit(*limit)); err != nil {
+		return usagef("%s", err)
+	}
+	if *status != "" && !slices.Contains(statuses, *status) {
+		return usagef("-status: must be one of %s, got %q", strings.Join(statuses, ", "), *status)
+	}
+	a, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	rows, more, err := a.Report().List(ctx, report.ListParams{OrganizationID: *org, Status: *status,
+		ConnectionID: *conn, Limit: *limit})
+	if err != nil {
+		return err
+	}
+	printRows(c.stdout, rows)
+	if more {
+		fmt.Fprintf(c.stdout, "(more rows match: raise -limit, at most %d)\n", maxListLimit)
+	}
+	return nil
+}
+
+func (c *cli) show(ctx context.Context, args []string) error {
+	fs := c.flags("show")
+	org := fs.String("org", "", "the row's organization (required)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("show takes one outbox id")
+	}
+	id := pos[0]
+	if err := errors.Join(checkUUID("outbox id", id, true), checkUUID("-org", *org, true)); err != nil {
+		return usagef("%s", err)
+	}
+	a, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	d, err := a.Report().Show(ctx, strings.ToLower(*org), strings.ToLower(id))
+	if errors.Is(err, report.ErrNotFound) {
+		return fmt.Errorf("outbox row %s not found for organization %s", id, *org)
+	}
+	if err != nil {
+		return err
+	}
+	printDetail(c.stdout, d)
+	return nil
+}
+
+func (c *cli) rerun(ctx context.Context, args []string) error {
+	fs := c.flags("rerun")
+	file := fs.String("f", "", "the rerun payload (JSON); stdin when absent or -")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q (the payload goes in -f or on stdin)", pos[0])
+	}
+	var raw []byte
+	if *file == "" || *file == "-" {
+		raw, err = io.ReadAll(io.LimitReader(c.stdin, 1<<20))
+	} else {
+		raw, err = os.ReadFile(*file)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the payload: %w", err)
+	}
+	// Reject a bad payload before connecting anywhere.
+	req, err := rerun.Parse(raw)
+	if err != nil {
+		return err
+	}
+	a, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	r, err := a.Rerunner(nil)
+	if err != nil {
+		return err
+	}
+	res, runErr := r.Run(ctx, req)
+	if runErr != nil && res.Requeued == nil {
+		return runErr // nothing was done
+	}
+	out, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the result: %w", err)
+	}
+	fmt.Fprintf(c.stdout, "%s\n", out)
+	return runErr
+}
+
+func (c *cli) stuck(ctx context.Context, args []string) error {
+	fs := c.flags("stuck")
+	org := fs.String("org", "", "only this organization's rows")
+	accepted := fs.Duration("accepted-for", time.Hour, "show accepted rows waiting on their provider longer than this")
+	overdue := fs.Duration("overdue-for", 5*time.Minute, "show queued rows due for longer than this")
+	limit := fs.Int("limit", 50, "at most this many rows per section")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	if err := errors.Join(checkUUID("-org", *org, false), checkLimit(*limit)); err != nil {
+		return usagef("%s", err)
+	}
+	if *accepted <= 0 || *overdue <= 0 {
+		return usagef("-accepted-for and -overdue-for must be positive")
+	}
+	a, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	s, err := a.Report().Stuck(ctx, report.StuckParams{OrganizationID: *org, AcceptedFor: *accepted,
+		OverdueFor: *overdue, Limit: *limit})
+	if err != nil {
+		return err
+	}
+	printStuck(c.stdout, s, *accepted, *overdue)
+	return nil
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"integration-outbox/internal/rerun"
+	"integration-outbox/internal/testenv"
+)
+
+var (
+	pgOnce sync.Once
+	pg     *testenv.Postgres
+	pgErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if pg != nil {
+		pg.Stop()
+	}
+	os.Exit(code)
+}
+
+// fixture is a fresh database holding one organization's rows in every
+// state the views show.
+type fixture struct {
+	f   *testenv.Fixture
+	env map[string]string
+	org string
+
+	dead, failed, expired, accepted, overdue, completed string
+	conflict                                            string
+}
+
+func setup(t *testing.T) fixture {
+	t.Helper()
+	pgOnce.Do(func() { pg, pgErr = testenv.StartPostgres() })
+	if pgErr != nil {
+		t.Fatal(pgErr)
+	}
+	f := pg.NewDB(t)
+	x := fixture{f: f, env: map[string]string{"DATABASE_URL": f.URL}, org: f.NewID(t)}
+	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: x.org})
+	cmd := func(status string, attempts int) string {
+		return f.Command(t, testenv.CommandOpts{OrganizationID: x.org, ConnectionID: conn, Status: status, AttemptCount: attempts,
+			CreatedAt: time.Now().Add(-time.Hour)})
+	}
+	x.dead, x.failed, x.expired = cmd("dead_letter", 10), cmd("failed", 2), cmd("processing", 1)
+	x.accepted, x.overdue, x.completed = cmd("processing", 1), cmd("queued", 0), cmd("completed", 1)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := f.Pool.Exec(context.Background(), sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`update external_integration_outbox set last_error = 'provider said 422: unknown supplier' where id = $1`, x.dead)
+	exec(`update external_integration_outbox set next_attempt_at = now() + interval '10 minutes', last_error = 'timeout' where id = $1`, x.failed)
+	exec(`update external_integration_outbox set claim_token = gen_random_uuid(), lease_expires_at = now() - interval '1 minute' where id = $1`, x.expired)
+	exec(`update external_integration_outbox set provider_status = 'accepted', updated_at = now() - interval '2 hours' where id = $1`, x.accepted)
+	if err := f.Pool.QueryRow(context.Background(), `
+		insert into external_integration_conflicts (organization_id, conflict_type, severity, summary, outbox_id)
+		values ($1, 'provider_rejected', 'high', 'Purchase order push reached dead letter', $2) returning id::text`,
+		x.org, x.dead).Scan(&x.conflict); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (x fixture) run(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, func(k string) string { return x.env[k] }, strings.NewReader(stdin), &out, &errOut)
+	return result{code, out.String(), errOut.String()}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	x := fixture{env: map[string]string{}}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "usage:"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"list", "-status", "done"}, "-status: must be one of"},
+		{[]string{"list", "-org", "acme"}, "-org: must be a uuid"},
+		{[]string{"list", "-limit", "0"}, "-limit: must be from 1"},
+		{[]string{"list", "-nope"}, "flag provided but not defined"},
+		{[]string{"show", "11111111-1111-4111-8111-111111111111"}, "-org is required"},
+		{[]string{"show", "-org", "11111111-1111-4111-8111-111111111111"}, "show takes one outbox id"},
+		{[]string{"show", "x", "-org", "11111111-1111-4111-8111-111111111111"}, "outbox id: must be a uuid"},
+		{[]string{"stuck", "-accepted-for", "0s"}, "must be positive"},
+		{[]string{"rerun", "payload.json"}, "unexpected argument"},
+	} {
+		r := x.run(t, "", tc.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	if r := x.run(t, "", "help"); r.code != exitOK || !strings.Contains(r.stderr, "outboxctl rerun") {
+		t.Errorf("help: %+v", r)
+	}
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	x := setup(t)
+	other := x.f.NewID(t)
+	otherRow := x.f.Command(t, testenv.CommandOpts{OrganizationID: other, ConnectionID: x.f.NewID(t), Status: "dead_letter"})
+
+	r := x.run(t, "", "list", "-org", x.org)
+	if r.code != exitOK || !strings.Contains(r.stdout, "ID") || !strings.Contains(r.stdout, "LAST ERROR") {
+		t.Fatalf("list: %+v", r)
+	}
+	for _, id := range []string{x.dead, x.failed, x.expired, x.accepted, x.overdue, x.completed} {
+		if !strings.Contains(r.stdout, id) {
+			t.Errorf("list -org misses %s:\n%s", id, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, otherRow) {
+		t.Errorf("list -org shows another organization's row:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "10 (0 left)") || !strings.Contains(r.stdout, "provider said 422") {
+		t.Errorf("list does not say the dead row has no attempts left, or its error:\n%s", r.stdout)
+	}
+
+	r = x.run(t, "", "list", "-status", "dead_letter")
+	if r.code != exitOK || !strings.Contains(r.stdout, x.dead) || !strings.Contains(r.stdout, otherRow) ||
+		strings.Contains(r.stdout, x.failed) || lines(r.stdout) != 3 {
+		t.Errorf("list -status dead_letter across organizations:\n%s", r.stdout)
+	}
+	r = x.run(t, "", "list", "-org", x.org, "-limit", "2")
+	if lines(r.stdout) != 4 || !strings.Contains(r.stdout, "more rows match") {
+		t.Errorf("list -limit 2:\n%s", r.stdout)
+	}
+	r = x.run(t, "", "list", "-org", x.org, "-connection", x.f.NewID(t))
+	if strings.TrimSpace(r.stdout) != "no rows" {
+		t.Errorf("list of an unknown connection:\n%s", r.stdout)
+	}
+}
+
+func lines(s string) int { return len(strings.Split(strings.TrimSpace(s), "\n")) }
+
+func TestShowRerunAndHistory(t *testing.T) {
+	t.Parallel()
+	x := setup(t)
+	r := x.run(t, "", "show", x.dead, "-org", x.org)
+	if r.code != exitOK {
+		t.Fatalf("show: %+v", r)
+	}
+	for _, want := range []string{"organization_id", "integration_connection_id", "payload_json", `{"externalSupplierId": "SUP-1"}`,
+		"dead_letter", "provider said 422: unknown supplier", "claim_token", "conflicts (1)", x.conflict, "provider_rejected",
+		"history: reruns (0)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("show lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// Another organization cannot see the row.
+	if r := x.run(t, "", "show", x.dead, "-org", x.f.NewID(t)); r.code != exitError || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("show for another organization: %+v", r)
+	}
+
+	// Rerun from stdin: the dead row needs resetAttempts, the completed one is skipped.
+	payload := `{"organizationId":"` + x.org + `","outboxIds":["` + x.dead + `","` + x.completed + `"],
+		"resetAttempts":true,"reason":"supplier id corrected","requestedBy":"ops@example.com"}`
+	r = x.run(t, payload, "rerun")
+	if r.code != exitOK {
+		t.Fatalf("rerun: %+v", r)
+	}
+	var res rerun.Result
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("rerun output %q: %v", r.stdout, err)
+	}
+	if len(res.Requeued) != 1 || res.Requeued[0] != x.dead || len(res.Skipped) != 1 || res.Skipped[0].Reason != rerun.ReasonCompleted {
+		t.Fatalf("rerun result %+v", res)
+	}
+
+	r = x.run(t, "", "show", "-org", x.org, x.dead)
+	for _, want := range []string{"queued", "history: reruns (1)", "requeued", "ops@example.com", "supplier id corrected", "resolved"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("show after the rerun lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = x.run(t, "", "show", x.completed, "-org", x.org)
+	if !strings.Contains(r.stdout, "skipped: completed") {
+		t.Errorf("history of the skipped row:\n%s", r.stdout)
+	}
+
+	// Rerun from a file, as a dry run.
+	file := filepath.Join(t.TempDir(), "payload.json")
+	if err := os.WriteFile(file, []byte(`{"organizationId":"`+x.org+`","filter":{"statuses":["failed"]},"dryRun":true,"reason":"check"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = x.run(t, "", "rerun", "-f", file)
+	if r.code != exitOK || !strings.Contains(r.stdout, `"dryRun": true`) || !strings.Contains(r.stdout, x.failed) {
+		t.Errorf("rerun -f dry run: %+v", r)
+	}
+}
+
+func TestRerunRefusesWithoutChangingAnything(t *testing.T) {
+	t.Parallel()
+	x := setup(t)
+	count := func() int {
+		return x.f.Count(t, `select (select count(*) from external_integration_outbox where status = 'queued') +
+			(select count(*) from external_integration_rerun_audit)`)
+	}
+	before := count()
+	for _, tc := range []struct{ payload, want string }{
+		{`{"organizationId":"` + x.org + `","outboxIds":["` + x.failed + `"],"reason":"r","dispatchNow":true}`, "dispatchNow:"},
+		{`{"organizationId":"` + x.org + `","outboxIds":["` + x.failed + `"]}`, "reason:"},
+		{`{"organizationId":"` + x.org + `","outboxIds":["` + x.failed + `"],"reason":"r","Limit":5}`, "Limit: unknown field"},
+	} {
+		r := x.run(t, tc.payload, "rerun")
+		if r.code != exitError || !strings.Contains(r.stderr, tc.want) || r.stdout != "" {
+			t.Errorf("rerun %s: %+v, want exit 1 naming %q", tc.payload, r, tc.want)
+		}
+	}
+	if r := x.run(t, "", "rerun", "-f", filepath.Join(t.TempDir(), "missing.json")); r.code != exitError {
+		t.Errorf("missing payload file: %+v", r)
+	}
+	if count() != before {
+		t.Fatal("a refused rerun changed the database")
+	}
+}
+
+func TestStuck(t *testing.T) {
+	t.Parallel()
+	x := setup(t)
+	r := x.run(t, "", "stuck", "-org", x.org)
+	if r.code != exitOK {
+		t.Fatalf("stuck: %+v", r)
+	}
+	sections := strings.Split(r.stdout, "\n\n")
+	if len(sections) != 4 {
+		t.Fatalf("%d sections:\n%s", len(sections), r.stdout)
+	}
+	for i, want := range []struct{ head, id string }{
+		{"expired lease", x.expired}, {"accepted by the provider", x.accepted},
+		{"queued and due", x.overdue}, {"failed, waiting", x.failed},
+	} {
+		if !strings.Contains(sections[i], want.head) || !strings.Contains(sections[i], ": 1\n") || !strings.Contains(sections[i], want.id) {
+			t.Errorf("section %d lacks %q with %s:\n%s", i, want.head, want.id, sections[i])
+		}
+	}
+	// Thresholds move rows in and out.
+	r = x.run(t, "", "stuck", "-org", x.org, "-accepted-for", "3h", "-overdue-for", "2h")
+	if strings.Contains(r.stdout, x.accepted) || strings.Contains(r.stdout, x.overdue) {
+		t.Errorf("rows below the thresholds shown:\n%s", r.stdout)
+	}
+	// Another organization has nothing stuck.
+	r = x.run(t, "", "stuck", "-org", x.f.NewID(t))
+	if strings.Count(r.stdout, ": 0\n") != 4 {
+		t.Errorf("stuck for an empty organization:\n%s", r.stdout)
+	}
+}

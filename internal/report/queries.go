@@ -1,0 +1,98 @@
+package report
+
+// Every read view of the operator's CLI lives here; they only read. In the
+// listing views $1 is MAX_ATTEMPTS (for the attempts left) and the
+// organization is optional; the views of one row require its organization.
+
+// rowColumns is one outbox row as the listing views print it.
+const rowColumns = `
+    o.id::text, o.organization_id::text, coalesce(o.integration_connection_id::text, ''),
+    coalesce(o.provider, ''), coalesce(o.command_type, ''), o.status, o.attempt_count,
+    greatest($1 - o.attempt_count, 0), o.next_attempt_at, o.lease_expires_at,
+    coalesce(o.provider_status, ''), coalesce(o.last_error, ''), o.created_at, o.updated_at`
+
+// listSQL lists rows newest first. $2 optional organization, $3 optional
+// status, $4 optional connection, $5 limit.
+const listSQL = `
+select` + rowColumns + `
+from external_integration_outbox o
+where ($2::uuid is null or o.organization_id = $2)
+  and ($3::text is null or o.status = $3)
+  and ($4::uuid is null or o.integration_connection_id = $4)
+order by o.created_at desc, o.id
+limit $5`
+
+// showRowSQL renders every column of one row of one organization, in table
+// order (json, unlike jsonb, keeps the order). $1 organization, $2 id.
+const showRowSQL = `
+select row_to_json(o)::text
+from external_integration_outbox o
+where o.organization_id = $1 and o.id = $2`
+
+// conflictsSQL lists the conflicts opened for one row. $1 organization,
+// $2 id.
+const conflictsSQL = `
+select c.id::text, c.conflict_type, c.severity, c.status, coalesce(c.summary, ''),
+    c.created_at, c.resolved_at, coalesce(c.resolution_reason, '')
+from external_integration_conflicts c
+where c.organization_id = $1 and c.outbox_id = $2
+order by c.created_at, c.id`
+
+// historySQL lists the reruns that requeued or skipped one row.
+// $1 organization, $2 id.
+const historySQL = `
+select a.id::text, a.created_at, coalesce(a.requested_by, ''), a.reason, a.dispatch_now,
+    $2::uuid = any(a.affected_ids),
+    coalesce((select s->>'reason' from jsonb_array_elements(a.skipped) s
+              where s->>'id' = $2::uuid::text limit 1), '')
+from external_integration_rerun_audit a
+where a.organization_id = $1
+  and ($2::uuid = any(a.affected_ids)
+       or a.skipped @> jsonb_build_array(jsonb_build_object('id', $2::uuid::text)))
+order by a.created_at, a.id`
+
+// The stuck views: each returns up to its limit with the total count of its
+// kind. $2 optional organization.
+
+// expiredLeasesSQL: claimed rows whose lease ran out before a result was
+// recorded (the push crashed or timed out); the next dispatch claims them
+// again, or dead-letters them when no attempts are left. $3 limit.
+const expiredLeasesSQL = `
+select` + rowColumns + `, count(*) over ()
+from external_integration_outbox o
+where o.status = 'processing' and o.provider_status is null and o.lease_expires_at < now()
+  and ($2::uuid is null or o.organization_id = $2)
+order by o.lease_expires_at, o.id
+limit $3`
+
+// acceptedWaitingSQL: rows the provider accepted but has not finished for
+// longer than $3 seconds; nothing follows them up automatically. $4 limit.
+const acceptedWaitingSQL = `
+select` + rowColumns + `, count(*) over ()
+from external_integration_outbox o
+where o.status = 'processing' and o.provider_status is not null
+  and o.updated_at < now() - make_interval(secs => $3)
+  and ($2::uuid is null or o.organization_id = $2)
+order by o.updated_at, o.id
+limit $4`
+
+// overdueQueuedSQL: queued rows due for longer than $3 seconds: the
+// scheduled dispatch is not taking them. $4 limit.
+const overdueQueuedSQL = `
+select` + rowColumns + `, count(*) over ()
+from external_integration_outbox o
+where o.status = 'queued'
+  and coalesce(o.next_attempt_at, o.created_at) < now() - make_interval(secs => $3)
+  and ($2::uuid is null or o.organization_id = $2)
+order by o.created_at, o.id
+limit $4`
+
+// failedSQL: rows waiting for their next attempt, soonest first (a row
+// with no attempts left is never claimed again). $3 limit.
+const failedSQL = `
+select` + rowColumns + `, count(*) over ()
+from external_integration_outbox o
+where o.status = 'failed'
+  and ($2::uuid is null or o.organization_id = $2)
+order by o.next_attempt_at nulls first, o.id
+limit $3`

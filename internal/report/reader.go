@@ -1,0 +1,282 @@
+// Package report is the operator's read-only view of the outbox: rows by
+// status, organization and connection; one row with its conflicts and rerun
+// history; and the deliveries that are stuck. infra/outboxctl prints it.
+// Its SQL lives in queries.go.
+package report
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNotFound is returned by Show when the organization has no such row.
+var ErrNotFound = errors.New("report: outbox row not found for the organization")
+
+// DB is what the reader needs of a pool.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Reader runs the read views.
+type Reader struct {
+	db          DB
+	maxAttempts int
+}
+
+// New returns a reader; maxAttempts is MAX_ATTEMPTS (default 10), used to
+// show the attempts a row has left.
+func New(db DB, maxAttempts int) *Reader {
+	return &Reader{db: db, maxAttempts: cmp.Or(maxAttempts, 10)}
+}
+
+// Row is an outbox row as the listings show it.
+type Row struct {
+	ID             string
+	OrganizationID string
+	ConnectionID   string
+	Provider       string
+	CommandType    string
+	Status         string
+	AttemptCount   int
+	// AttemptsLeft is MAX_ATTEMPTS minus AttemptCount (at least 0): a
+	// queued or failed row with none left is never claimed.
+	AttemptsLeft   int
+	NextAttemptAt  *time.Time
+	LeaseExpiresAt *time.Time
+	ProviderStatus string
+	LastError      string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+func (r *Row) scanArgs() []any {
+	return []any{&r.ID, &r.OrganizationID, &r.ConnectionID, &r.Provider, &r.CommandType, &r.Status,
+		&r.AttemptCount, &r.AttemptsLeft, &r.NextAttemptAt, &r.LeaseExpiresAt, &r.ProviderStatus, &r.LastError,
+		&r.CreatedAt, &r.UpdatedAt}
+}
+
+// ListParams filters a listing; empty fields do not filter.
+type ListParams struct {
+	OrganizationID string
+	Status         string
+	ConnectionID   string
+	// Limit caps the rows returned (default 50).
+	Limit int
+}
+
+// List returns rows newest first, and whether more rows matched than the
+// limit allowed.
+func (r *Reader) List(ctx context.Context, p ListParams) (rows []Row, more bool, err error) {
+	limit := cmp.Or(p.Limit, 50)
+	res, err := r.db.Query(ctx, listSQL, r.maxAttempts, nullable(p.OrganizationID), nullable(p.Status),
+		nullable(p.ConnectionID), limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("listing outbox rows: %w", err)
+	}
+	rows, err = pgx.CollectRows(res, func(cr pgx.CollectableRow) (Row, error) {
+		var row Row
+		err := cr.Scan(row.scanArgs()...)
+		return row, err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("listing outbox rows: %w", err)
+	}
+	if len(rows) > limit {
+		return rows[:limit], true, nil
+	}
+	return rows, false, nil
+}
+
+// Detail is one row with its history.
+type Detail struct {
+	// Columns is every column of the row in table order, each value as
+	// JSON (null, a string, a number, an object...).
+	Columns   []Column
+	Conflicts []Conflict
+	// History is the reruns that requeued or skipped the row, oldest first.
+	History []RerunEntry
+}
+
+// Column is one column of a row.
+type Column struct {
+	Name  string
+	Value json.RawMessage
+}
+
+// Conflict is a conflict opened for a row.
+type Conflict struct {
+	ID               string
+	ConflictType     string
+	Severity         string
+	Status           string
+	Summary          string
+	CreatedAt        time.Time
+	ResolvedAt       *time.Time
+	ResolutionReason string
+}
+
+// RerunEntry is one rerun audit row as it concerns one outbox row.
+type RerunEntry struct {
+	AuditID     string
+	CreatedAt   time.Time
+	RequestedBy string
+	Reason      string
+	DispatchNow bool
+	// Requeued is set when the rerun requeued the row; otherwise SkipReason
+	// says why it left it alone.
+	Requeued   bool
+	SkipReason string
+}
+
+// Show returns one row of the organization with its conflicts and rerun
+// history, or ErrNotFound (also for another organization's row).
+func (r *Reader) Show(ctx context.Context, organizationID, id string) (Detail, error) {
+	var d Detail
+	var doc []byte
+	err := r.db.QueryRow(ctx, showRowSQL, organizationID, id).Scan(&doc)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, ErrNotFound
+	}
+	if err != nil {
+		return d, fmt.Errorf("reading outbox row %s: %w", id, err)
+	}
+	if d.Columns, err = orderedColumns(doc); err != nil {
+		return d, fmt.Errorf("reading outbox row %s: %w", id, err)
+	}
+
+	rows, err := r.db.Query(ctx, conflictsSQL, organizationID, id)
+	if err != nil {
+		return d, fmt.Errorf("reading conflicts of %s: %w", id, err)
+	}
+	d.Conflicts, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (Conflict, error) {
+		var c Conflict
+		err := cr.Scan(&c.ID, &c.ConflictType, &c.Severity, &c.Status, &c.Summary, &c.CreatedAt, &c.ResolvedAt,
+			&c.ResolutionReason)
+		return c, err
+	})
+	if err != nil {
+		return d, fmt.Errorf("reading conflicts of %s: %w", id, err)
+	}
+
+	rows, err = r.db.Query(ctx, historySQL, organizationID, id)
+	if err != nil {
+		return d, fmt.Errorf("reading rerun history of %s: %w", id, err)
+	}
+	d.History, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (RerunEntry, error) {
+		var e RerunEntry
+		err := cr.Scan(&e.AuditID, &e.CreatedAt, &e.RequestedBy, &e.Reason, &e.DispatchNow, &e.Requeued, &e.SkipReason)
+		return e, err
+	})
+	if err != nil {
+		return d, fmt.Errorf("reading rerun history of %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// orderedColumns splits a JSON object into its members, keeping their order.
+func orderedColumns(doc []byte) ([]Column, error) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("row is not a JSON object")
+	}
+	var cols []Column
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		cols = append(cols, Column{Name: name, Value: v})
+	}
+	return cols, nil
+}
+
+// StuckParams bounds the stuck view; zero fields take their defaults.
+type StuckParams struct {
+	// OrganizationID, when set, shows only that organization's rows.
+	OrganizationID string
+	// AcceptedFor is how long an accepted row may wait on its provider
+	// before it shows (default 1h).
+	AcceptedFor time.Duration
+	// OverdueFor is how long a queued row may stay due before it shows
+	// (default 5m: the dispatch runs every minute).
+	OverdueFor time.Duration
+	// Limit caps the rows of each section (default 50).
+	Limit int
+}
+
+// Section is one kind of stuck row: up to the limit, and how many there
+// are in all.
+type Section struct {
+	Total int
+	Rows  []Row
+}
+
+// Stuck is what may need an operator.
+type Stuck struct {
+	// ExpiredLeases: processing rows whose lease expired before a result
+	// was recorded; the next dispatch claims them again (or dead-letters
+	// them when no attempts are left).
+	ExpiredLeases Section
+	// AcceptedWaiting: rows the provider accepted and has not finished for
+	// longer than AcceptedFor. Nothing follows them up.
+	AcceptedWaiting Section
+	// OverdueQueued: queued rows due for longer than OverdueFor: the
+	// scheduled dispatch is not taking them.
+	OverdueQueued Section
+	// Failed: rows waiting for their next attempt, soonest first.
+	Failed Section
+}
+
+// Stuck returns the stuck view.
+func (r *Reader) Stuck(ctx context.Context, p StuckParams) (Stuck, error) {
+	limit := cmp.Or(p.Limit, 50)
+	accepted := cmp.Or(p.AcceptedFor, time.Hour).Seconds()
+	overdue := cmp.Or(p.OverdueFor, 5*time.Minute).Seconds()
+	org := nullable(p.OrganizationID)
+	var s Stuck
+	for _, q := range []struct {
+		name string
+		dst  *Section
+		sql  string
+		args []any
+	}{
+		{"expired leases", &s.ExpiredLeases, expiredLeasesSQL, []any{r.maxAttempts, org, limit}},
+		{"accepted rows", &s.AcceptedWaiting, acceptedWaitingSQL, []any{r.maxAttempts, org, accepted, limit}},
+		{"overdue queued rows", &s.OverdueQueued, overdueQueuedSQL, []any{r.maxAttempts, org, overdue, limit}},
+		{"failed rows", &s.Failed, failedSQL, []any{r.maxAttempts, org, limit}},
+	} {
+		rows, err := r.db.Query(ctx, q.sql, q.args...)
+		if err != nil {
+			return s, fmt.Errorf("reading %s: %w", q.name, err)
+		}
+		q.dst.Rows, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (Row, error) {
+			var row Row
+			err := cr.Scan(append(row.scanArgs(), &q.dst.Total)...)
+			return row, err
+		})
+		if err != nil {
+			return s, fmt.Errorf("reading %s: %w", q.name, err)
+		}
+	}
+	return s, nil
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

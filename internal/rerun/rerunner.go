@@ -1,0 +1,350 @@
+// Package rerun is the operator's rerun: a validated, tenant-scoped requeue
+// of failed, dead_letter and uncertain outbox rows, with their open
+// conflicts resolved and one audit row per rerun, optionally followed by one
+// dispatch of exactly the requeued rows. functions/rerun serves it to the
+// Lambda console and infra/outboxctl runs it locally. Its SQL lives in
+// queries.go.
+package rerun
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"integration-outbox/internal/dispatch"
+	"integration-outbox/internal/logging"
+	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/strictjson"
+)
+
+// Skip reasons, one per row the rerun leaves alone.
+const (
+	ReasonNotFound       = "not found"
+	ReasonCompleted      = "completed"
+	ReasonProcessing     = "processing: in flight"
+	ReasonUnsupported    = "unsupported"
+	ReasonQueued         = "already queued"
+	ReasonNoAttemptsLeft = "no attempts left; set resetAttempts"
+	// ReasonChanged is only reported if a row changed between the locking
+	// read and the requeue, which the lock rules out.
+	ReasonChanged = "changed during the rerun"
+)
+
+// DB begins transactions (a *pgxpool.Pool).
+type DB interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// Dispatcher runs one dispatch (a *dispatch.Dispatcher).
+type Dispatcher interface {
+	Run(ctx context.Context, req dispatch.Request) (dispatch.Summary, error)
+}
+
+// Config configures a Rerunner.
+type Config struct {
+	// MaxAttempts is MAX_ATTEMPTS: without resetAttempts, a row that used
+	// them all is skipped (the claim would never take it).
+	MaxAttempts int
+	Logger      *slog.Logger
+}
+
+// Rerunner runs reruns.
+type Rerunner struct {
+	db         DB
+	dispatcher Dispatcher
+	cfg        Config
+}
+
+// New returns a rerunner. dispatcher may be nil: a rerun asking for
+// dispatchNow is then refused before anything is changed.
+func New(db DB, dispatcher Dispatcher, cfg Config) (*Rerunner, error) {
+	if db == nil {
+		return nil, errors.New("rerun: no database")
+	}
+	if cfg.MaxAttempts < 0 {
+		return nil, fmt.Errorf("rerun: MaxAttempts must not be negative, got %d", cfg.MaxAttempts)
+	}
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	return &Rerunner{db: db, dispatcher: dispatcher, cfg: cfg}, nil
+}
+
+// Result is a rerun's output (contract). Requeued and Skipped are never nil.
+type Result struct {
+	DryRun bool `json:"dryRun"`
+	// Matched counts the rows of the organization the ids or the filter
+	// selected (ids not found are not matched).
+	Matched int `json:"matched"`
+	// Requeued lists the rows put back to queued (in a dry run: the rows
+	// that would be), in the order of outboxIds or oldest first.
+	Requeued []string `json:"requeued"`
+	Skipped  []Skip   `json:"skipped"`
+	// Dispatched counts the messages sent by dispatchNow.
+	Dispatched int `json:"dispatched"`
+}
+
+// Skip is a row the rerun left alone, and why.
+type Skip struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// Handle is the Lambda entry point: it parses the payload and runs it. A bad
+// payload is an error naming the field, and nothing is changed.
+func (r *Rerunner) Handle(ctx context.Context, raw json.RawMessage) (Result, error) {
+	req, err := Parse(raw)
+	if err != nil {
+		return Result{}, err
+	}
+	return r.Run(ctx, req)
+}
+
+// Run requeues what req selects in one transaction (the audit row
+// included), then, with DispatchNow, runs one dispatch limited to the
+// requeued rows. A dry run reads in a read-only transaction and writes
+// nothing.
+func (r *Rerunner) Run(ctx context.Context, req Request) (Result, error) {
+	if req.DispatchNow && r.dispatcher == nil {
+		return Result{}, fmt.Errorf("rerun payload: %w", fieldErr("dispatchNow",
+			"cannot dispatch from here: no command queue is configured (PUSH_PURCHASE_ORDER_QUEUE_URL)"))
+	}
+	log := logging.ForRequest(ctx, r.cfg.Logger).With("organizationId", req.OrganizationID)
+	var (
+		res     Result
+		txStats stats
+		err     error
+	)
+	// A deadlock with a concurrent record or rerun rolls the whole
+	// transaction back; trying again is safe.
+	for attempt := 1; ; attempt++ {
+		res, txStats, err = r.requeue(ctx, req)
+		if err == nil || attempt == 3 || !retryable(err) {
+			break
+		}
+		log.WarnContext(ctx, "rerun transaction aborted; trying again", "attempt", attempt, "error", err.Error())
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if req.DispatchNow && !req.DryRun && len(res.Requeued) > 0 {
+		sum, derr := r.dispatcher.Run(ctx, dispatch.Request{
+			Limit: len(res.Requeued), OrganizationID: req.OrganizationID, IDs: res.Requeued,
+		})
+		res.Dispatched = sum.Dispatched
+		if derr != nil {
+			err = fmt.Errorf("rerun committed (%d rows requeued, audit %s) but dispatchNow failed; "+
+				"the scheduled dispatch will send them: %w", len(res.Requeued), txStats.auditID, derr)
+		}
+	}
+	level := slog.LevelInfo
+	if err != nil {
+		level = slog.LevelError
+	}
+	log.Log(ctx, level, "rerun finished", "requestedBy", req.RequestedBy, "reason", req.Reason,
+		"dryRun", res.DryRun, "matched", res.Matched, "requeued", len(res.Requeued), "skipped", len(res.Skipped),
+		"conflictsResolved", txStats.conflictsResolved, "dispatched", res.Dispatched, "auditId", txStats.auditID,
+		"error", errString(err))
+	return res, err
+}
+
+type stats struct {
+	auditID           string
+	conflictsResolved int64
+}
+
+type candidate struct {
+	id       string
+	status   string
+	attempts int
+}
+
+func (r *Rerunner) requeue(ctx context.Context, req Request) (res Result, st stats, err error) {
+	opts := pgx.TxOptions{}
+	if req.DryRun {
+		opts.AccessMode = pgx.ReadOnly
+	}
+	tx, err := r.db.BeginTx(ctx, opts)
+	if err != nil {
+		return res, st, fmt.Errorf("rerun: beginning the transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+
+	cands, err := r.candidates(ctx, tx, req)
+	if err != nil {
+		return res, st, err
+	}
+	plan, skipped := r.decide(req, cands)
+	res = Result{DryRun: req.DryRun, Matched: len(cands), Requeued: []string{}, Skipped: skipped}
+	if req.DryRun {
+		res.Requeued = append(res.Requeued, plan...)
+		return res, st, nil
+	}
+
+	rows, err := tx.Query(ctx, requeueSQL, req.OrganizationID, plan, req.ResetAttempts, r.cfg.MaxAttempts)
+	if err != nil {
+		return res, st, fmt.Errorf("rerun: requeueing %d rows: %w", len(plan), err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return res, st, fmt.Errorf("rerun: requeueing %d rows: %w", len(plan), err)
+	}
+	requeued := make(map[string]bool, len(done))
+	for _, id := range done {
+		requeued[id] = true
+	}
+	for _, id := range plan {
+		if requeued[id] {
+			res.Requeued = append(res.Requeued, id)
+		} else {
+			res.Skipped = append(res.Skipped, Skip{ID: id, Reason: ReasonChanged})
+		}
+	}
+
+	if len(res.Requeued) > 0 {
+		tag, err := tx.Exec(ctx, resolveConflictsSQL, req.OrganizationID, res.Requeued, req.Reason)
+		if err != nil {
+			return res, st, fmt.Errorf("rerun: resolving conflicts: %w", err)
+		}
+		st.conflictsResolved = tag.RowsAffected()
+	}
+
+	doc, err := req.auditPayload()
+	if err != nil {
+		return res, st, err
+	}
+	skippedDoc, err := json.Marshal(res.Skipped)
+	if err != nil {
+		return res, st, fmt.Errorf("rerun: encoding skipped rows: %w", err)
+	}
+	if err := tx.QueryRow(ctx, insertAuditSQL, req.OrganizationID, nullable(req.RequestedBy), req.Reason, doc,
+		res.Requeued, skippedDoc, req.DispatchNow).Scan(&st.auditID); err != nil {
+		return res, st, fmt.Errorf("rerun: writing the audit row: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, st, fmt.Errorf("rerun: committing: %w", err)
+	}
+	return res, st, nil
+}
+
+// candidates reads the selected rows of the organization; a real rerun
+// locks them until it commits.
+func (r *Rerunner) candidates(ctx context.Context, tx pgx.Tx, req Request) ([]candidate, error) {
+	lock := lockSuffix
+	if req.DryRun {
+		lock = ""
+	}
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if req.Filter == nil {
+		rows, err = tx.Query(ctx, selectByIDsSQL+lock, req.OrganizationID, req.OutboxIDs)
+	} else {
+		f := req.Filter
+		rows, err = tx.Query(ctx, selectByFilterSQL+lock, req.OrganizationID, f.Statuses,
+			nullable(f.ConnectionID), nullable(f.CommandType), nullableTime(f.CreatedAfter), nullableTime(f.CreatedBefore), req.Limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rerun: selecting rows: %w", err)
+	}
+	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
+		var c candidate
+		err := row.Scan(&c.id, &c.status, &c.attempts)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rerun: selecting rows: %w", err)
+	}
+	return cands, nil
+}
+
+// decide splits the candidates into the rows to requeue and the skipped
+// ones. With outboxIds the result follows their order, and an id that is
+// not among the candidates (absent, or another organization's) is "not
+// found".
+func (r *Rerunner) decide(req Request, cands []candidate) (requeue []string, skipped []Skip) {
+	requeue, skipped = []string{}, []Skip{}
+	byID := make(map[string]candidate, len(cands))
+	order := make([]string, 0, len(cands))
+	for _, c := range cands {
+		byID[c.id] = c
+		order = append(order, c.id)
+	}
+	if req.Filter == nil {
+		order = req.OutboxIDs
+	}
+	for _, id := range order {
+		c, ok := byID[id]
+		if !ok {
+			skipped = append(skipped, Skip{ID: id, Reason: ReasonNotFound})
+			continue
+		}
+		if reason := r.skipReason(req, c); reason != "" {
+			skipped = append(skipped, Skip{ID: id, Reason: reason})
+			continue
+		}
+		requeue = append(requeue, id)
+	}
+	return requeue, skipped
+}
+
+func (r *Rerunner) skipReason(req Request, c candidate) string {
+	switch c.status {
+	case outbox.StatusFailed, outbox.StatusDeadLetter, outbox.StatusUncertain:
+		if !req.ResetAttempts && c.attempts >= r.cfg.MaxAttempts {
+			return ReasonNoAttemptsLeft
+		}
+		return ""
+	case outbox.StatusCompleted:
+		return ReasonCompleted
+	case outbox.StatusProcessing:
+		return ReasonProcessing
+	case outbox.StatusUnsupported:
+		return ReasonUnsupported
+	case outbox.StatusQueued:
+		return ReasonQueued
+	}
+	return fmt.Sprintf("status %q is not requeueable", c.status)
+}
+
+// retryable reports a transaction the database aborted to break a deadlock
+// or a serialization conflict.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// IsPayloadError reports whether err is a rejected payload (it names the
+// field) rather than a failure to run the rerun.
+func IsPayloadError(err error) bool {
+	var fe *strictjson.FieldError
+	return errors.As(err, &fe)
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func nullableTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
