@@ -62,8 +62,8 @@ func New(ctx context.Context, getenv func(string) string, logOut io.Writer, need
 		cfg.AWSRegion = awsCfg.Region
 	}
 	dbURL := cfg.DatabaseURL
-	if dbURL == "" {
-		if dbURL, err = databaseURLFromSecret(ctx, secretsmanager.NewFromConfig(awsCfg), cfg.DatabaseSecretARN); err != nil {
+	if cfg.DatabaseSecretARN != "" {
+		if dbURL, err = databaseURLFromSecret(ctx, secretsmanager.NewFromConfig(awsCfg), cfg.DatabaseSecretARN, cfg.DatabaseURL); err != nil {
 			return nil, err
 		}
 	}
@@ -148,7 +148,10 @@ type rdsSecret struct {
 	DBName   string `json:"dbname"`
 }
 
-func databaseURLFromSecret(ctx context.Context, sm *secretsmanager.Client, arn string) (string, error) {
+// databaseURLFromSecret builds the database URL from an RDS secret. With an
+// endpoint URL (DATABASE_URL without credentials) the secret only supplies
+// username and password, as an RDS-managed master user secret does.
+func databaseURLFromSecret(ctx context.Context, sm *secretsmanager.Client, arn, endpoint string) (string, error) {
 	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn), VersionStage: aws.String("AWSCURRENT")})
 	if err != nil {
 		return "", fmt.Errorf("config: DATABASE_SECRET_ARN: reading the secret: %w", err)
@@ -157,14 +160,33 @@ func databaseURLFromSecret(ctx context.Context, sm *secretsmanager.Client, arn s
 	if err := json.Unmarshal([]byte(aws.ToString(out.SecretString)), &s); err != nil {
 		return "", fmt.Errorf("config: DATABASE_SECRET_ARN: the secret is not RDS secret JSON")
 	}
-	if s.Username == "" || s.Host == "" {
-		return "", fmt.Errorf("config: DATABASE_SECRET_ARN: the secret lacks username or host")
+	if s.Username == "" {
+		return "", fmt.Errorf("config: DATABASE_SECRET_ARN: the secret has no username")
+	}
+	return databaseURL(s, endpoint)
+}
+
+func databaseURL(s rdsSecret, endpoint string) (string, error) {
+	if endpoint != "" {
+		u, err := url.Parse(endpoint)
+		if err != nil || u.Host == "" {
+			return "", fmt.Errorf("config: DATABASE_URL: must be postgres://host:port/dbname when DATABASE_SECRET_ARN is set")
+		}
+		if _, has := u.User.Password(); has {
+			return "", fmt.Errorf("config: DATABASE_URL: must not carry a password when DATABASE_SECRET_ARN is set")
+		}
+		u.User = url.UserPassword(s.Username, s.Password)
+		return u.String(), nil
+	}
+	if s.Host == "" {
+		return "", fmt.Errorf("config: DATABASE_SECRET_ARN: the secret has no host; set DATABASE_URL to postgres://host:5432/dbname (no credentials) to use it")
+	}
+	port := s.Port
+	if port == 0 {
+		port = 5432
 	}
 	u := url.URL{Scheme: "postgres", User: url.UserPassword(s.Username, s.Password),
-		Host: s.Host + ":" + strconv.Itoa(max(s.Port, 0)), Path: "/" + s.DBName, RawQuery: "sslmode=require"}
-	if s.Port == 0 {
-		u.Host = s.Host + ":5432"
-	}
+		Host: s.Host + ":" + strconv.Itoa(port), Path: "/" + s.DBName, RawQuery: "sslmode=require"}
 	return u.String(), nil
 }
 

@@ -48,6 +48,10 @@ type WebhookConfig struct {
 	MaxBodyBytes int64
 	// Clock stamps request signatures; default time.Now.
 	Clock func() time.Time
+	// Resolver looks up target host names; nil means the system resolver.
+	// The guard checks every address it returns, so tests use it to make
+	// names resolve to non-public addresses without any DNS traffic.
+	Resolver *net.Resolver
 }
 
 // Webhook is the "webhook" provider: it POSTs each command as JSON to the
@@ -68,7 +72,7 @@ func NewWebhook(cfg WebhookConfig) *Webhook {
 		cfg.Clock = time.Now
 	}
 
-	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
+	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second, Resolver: cfg.Resolver}
 	if !cfg.AllowPrivateNetworks {
 		// Control runs on the resolved address of every connection attempt,
 		// before connect(2): DNS answers (rebinding included) cannot route
@@ -230,12 +234,7 @@ func encodeWebhookBody(cmd PurchaseOrderPush) ([]byte, error) {
 	if len(cmd.PurchaseOrder) == 0 {
 		return nil, &Error{Kind: PayloadInvalid, Message: "purchaseOrder: missing"}
 	}
-	body, err := json.Marshal(webhookBody{
-		CommandType:        cmd.CommandType,
-		IdempotencyKey:     cmd.IdempotencyKey,
-		ExternalSupplierID: cmd.ExternalSupplierID,
-		PurchaseOrder:      cmd.PurchaseOrder,
-	})
+	body, err := json.Marshal(webhookBody(cmd))
 	if err != nil {
 		return nil, &Error{Kind: PayloadInvalid, Message: "purchaseOrder: encoding the webhook body", Err: err}
 	}
