@@ -1,0 +1,160 @@
+# integration-outbox: build, test, lint and run the Lambda bundle.
+# `make help` lists the targets. Everything runs from the repository root.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+
+# Lambda architecture of the bootstraps: arm64 (the template's) or amd64.
+ARCH ?= arm64
+GO ?= go
+
+# Every folder under functions/ is one Lambda (build/<folder>/bootstrap).
+FUNCTIONS := $(patsubst functions/%/,%,$(wildcard functions/*/))
+BOOTSTRAPS := $(FUNCTIONS:%=build/%/bootstrap)
+ZIPS := $(FUNCTIONS:%=build/%.zip)
+
+GO_BUILD_FLAGS := -tags lambda.norpc -trimpath -ldflags='-s -w'
+
+# Pinned tools, fetched from the Go module proxy.
+RIE_MODULE := github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie
+RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
+RIE := $(CURDIR)/bin/aws-lambda-rie
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+# Local stand-ins the integration tests start (see internal/testenv).
+PG_BIN_DIR ?= /usr/lib/postgresql/15/bin
+VENV := $(CURDIR)/.venv
+# A moto_server installed by `make tools` into .venv is found by the tests.
+export PATH := $(VENV)/bin:$(PATH)
+
+# Other Go modules in this repository (bench/ and bench/river have their own go.mod).
+SUBMODULES := $(patsubst %/go.mod,%,$(wildcard */go.mod */*/go.mod))
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-zA-Z0-9_%-]+:.*?## ' $(MAKEFILE_LIST) \
+		| awk 'BEGIN {FS = ":.*?## "}; {printf "  %-22s %s\n", $$1, $$2}'
+
+## ---------------------------------------------------------------- tools
+
+.PHONY: tools
+tools: $(RIE) postgres-server moto-server ## Install aws-lambda-rie into ./bin; check PostgreSQL 15 and moto_server
+
+# bin/aws-lambda-rie links to a file named after the version, so changing
+# RIE_VERSION installs the new one.
+$(RIE): bin/aws-lambda-rie-$(RIE_VERSION)
+	ln -sfn $(notdir $<) $@
+bin/aws-lambda-rie-$(RIE_VERSION):
+	@rm -rf bin/.install && mkdir -p bin/.install
+	GOBIN=$(CURDIR)/bin/.install $(GO) install $(RIE_MODULE)@$(RIE_VERSION)
+	mv bin/.install/aws-lambda-rie $@ && rm -rf bin/.install
+
+.PHONY: postgres-server
+postgres-server:
+	@if [ -x "$(PG_BIN_DIR)/initdb" ]; then \
+		echo "postgres: $(PG_BIN_DIR)/initdb found"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "postgres: installing postgresql-15 with apt-get"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql-15; \
+	else \
+		echo "postgres: $(PG_BIN_DIR)/initdb is missing; install the server binaries with:"; \
+		echo "  sudo apt-get update && sudo apt-get install -y postgresql-15"; \
+		echo "(or point PG_BIN_DIR at another PostgreSQL 15 bin directory)"; \
+		exit 1; \
+	fi
+
+# moto_server: the one on PATH, else a project-local .venv. pip only runs when
+# moto_server is missing and PyPI answers; otherwise print the command.
+.PHONY: moto-server
+moto-server:
+	@if command -v moto_server >/dev/null; then \
+		echo "moto: $$(command -v moto_server) found"; \
+	elif python3 -c 'import urllib.request as u; u.urlopen("https://pypi.org/simple/moto/", timeout=5)' 2>/dev/null; then \
+		echo "moto: installing moto[server] into $(VENV)"; \
+		python3 -m venv "$(VENV)" && "$(VENV)/bin/pip" install --quiet 'moto[server]'; \
+	else \
+		echo "moto: moto_server is missing and PyPI is not reachable from here; install it with:"; \
+		echo "  python3 -m venv .venv && .venv/bin/pip install 'moto[server]'"; \
+		exit 1; \
+	fi
+
+## ---------------------------------------------------------------- build
+
+.PHONY: build
+build: $(BOOTSTRAPS) ## Build build/<function>/bootstrap for every functions/* folder (ARCH=arm64|amd64)
+
+# FORCE: go build decides what is stale (the Go build cache makes an
+# unchanged rebuild cheap), and a different ARCH always relinks.
+build/%/bootstrap: FORCE
+	@mkdir -p $(@D)
+	GOOS=linux GOARCH=$(ARCH) CGO_ENABLED=0 $(GO) build $(GO_BUILD_FLAGS) -o $@ ./functions/$*
+	@echo "$(ARCH)" > $(@D)/ARCH
+
+.PHONY: package
+package: $(ZIPS) ## Zip each bootstrap into build/<function>.zip (deployable as-is)
+
+build/%.zip: build/%/bootstrap
+	@rm -f $@
+	cd build/$* && touch -d '2000-01-01T00:00:00Z' bootstrap && zip -X -q ../$*.zip bootstrap
+	@echo "$@ ($$(cat build/$*/ARCH), $$(stat -c %s $@) bytes)"
+
+# `sam build` (BuildMethod: makefile) runs build-<LogicalId> with ARTIFACTS_DIR.
+# The map from logical id to folder must match template.yaml's CodeUri.
+.PHONY: build-DispatchFunction build-PushPurchaseOrderFunction build-RerunFunction
+build-DispatchFunction: build/dispatch/bootstrap
+	$(sam-artifact)
+build-PushPurchaseOrderFunction: build/push-purchase-order/bootstrap
+	$(sam-artifact)
+build-RerunFunction: build/rerun/bootstrap
+	$(sam-artifact)
+
+define sam-artifact
+@test -n "$(ARTIFACTS_DIR)" || { echo "$@: ARTIFACTS_DIR is not set (sam build sets it)"; exit 1; }
+cp $< $(ARTIFACTS_DIR)/bootstrap
+endef
+
+## ---------------------------------------------------------------- test
+
+.PHONY: test
+test: tools ## Run every test (-race), with real Postgres, moto_server and the Lambda runtime emulator
+	AWS_LAMBDA_RIE=$(RIE) $(GO) test -race -count=1 ./...
+
+.PHONY: test-stress
+test-stress: ## Run the stress tests (build tag stress)
+	$(GO) test -race -count=1 -run Stress -tags stress ./...
+
+.PHONY: lint
+lint: ## gofmt, go vet, staticcheck, go mod tidy check, cfn-lint
+	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './.venv/*' -not -path './build/*' -not -path './.aws-sam/*')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) mod tidy -diff
+	@for m in $(SUBMODULES); do \
+		echo "lint: module $$m"; \
+		(cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && $(GO) mod tidy -diff) || exit 1; \
+	done
+	cfn-lint template.yaml
+
+## ---------------------------------------------------------------- run
+
+.PHONY: migrate
+migrate: ## Apply migrations/ to the database DATABASE_URL names
+	$(GO) run ./infra/migrate
+
+.PHONY: demo
+demo: ## The whole pipeline on this machine: throwaway Postgres + moto, real handlers, printed summary
+	$(GO) run ./infra/demo
+
+.PHONY: bench
+bench: ## Benchmarks (bench/ is its own Go module)
+	cd bench && $(GO) run .
+
+.PHONY: clean
+clean: ## Remove build outputs (build/, .aws-sam/); keeps bin/ and .venv/
+	rm -rf build .aws-sam
+
+.PHONY: FORCE
+FORCE:
