@@ -181,23 +181,21 @@ func (e *emulator) invoke(t *testing.T, payload []byte) invocation {
 	if !e.invoked {
 		e.awaitListening(t)
 	}
-	for {
-		resp, err := invokeClient.Post(e.url, "application/json", bytes.NewReader(payload))
-		if err != nil {
-			t.Fatalf("%s: invoking: %v\n%s", e.name, err, e.logs.String())
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatalf("%s: reading the response: %v", e.name, err)
-		}
-		now := time.Now()
-		if !e.invoked {
-			e.invoked = true
-			e.FirstInvoke = now.Sub(e.started)
-		}
-		return invocation{Status: resp.StatusCode, Body: body, Took: now.Sub(start)}
+	resp, err := invokeClient.Post(e.url, "application/json", bytes.NewReader(payload))
+	if err != nil {
+		t.Fatalf("%s: invoking: %v\n%s", e.name, err, e.logs.String())
 	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("%s: reading the response: %v", e.name, err)
+	}
+	now := time.Now()
+	if !e.invoked {
+		e.invoked = true
+		e.FirstInvoke = now.Sub(e.started)
+	}
+	return invocation{Status: resp.StatusCode, Body: body, Took: now.Sub(start)}
 }
 
 // awaitListening dials until the emulator accepts connections.
