@@ -1,0 +1,186 @@
+// Command bench runs every measurement of issue 6 side by side, in one run, on
+// its own throwaway PostgreSQL and moto_server: claim scaling against the
+// seed's SQL, worker batch concurrency, statements per job, Secrets Manager
+// calls, throughput against River, cold start and size of the bootstraps, and
+// the cost per million commands derived from the counted requests. It prints
+// one markdown table and writes it to results.md (raw samples go to
+// results.raw).
+//
+// Run it from the bench folder: go run . (make bench).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options bound one run. The defaults are the issue's figures; smaller
+// values are for trying the program out, not for results.
+type options struct {
+	out            string
+	claimSizes     []int
+	claimRuns      int
+	throughputJobs int
+	consumers      int
+	coldStarts     int
+	cpuProfile     string
+}
+
+func main() {
+	var (
+		o     options
+		sizes string
+	)
+	flag.StringVar(&o.out, "out", "results.md", "where to write the table (a results.raw beside it gets the raw samples)")
+	flag.StringVar(&sizes, "claim-sizes", "10000,100000,1000000", "outbox sizes of the claim measurement")
+	flag.IntVar(&o.claimRuns, "claim-runs", 30, "measured claims per size and variant")
+	flag.IntVar(&o.throughputJobs, "jobs", 20000, "jobs of the throughput run, ours and River's")
+	flag.IntVar(&o.consumers, "consumers", 10, "concurrent push consumers (Lambda containers) in our throughput run")
+	flag.IntVar(&o.coldStarts, "cold-starts", 10, "cold starts per function under the emulator")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the throughput measurement (ours and River's runs) to this file")
+	flag.Parse()
+	var err error
+	if o.claimSizes, err = parseSizes(sizes); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := run(ctx, log, o, os.Args); err != nil {
+		log.Error("bench failed", "error", err.Error())
+		stop()
+		os.Exit(1)
+	}
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		var n int
+		// 1% due: a claim of 50 needs at least 5,000 rows.
+		if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < 100*claimLimit {
+			return nil, fmt.Errorf("-claim-sizes: %q is not a size of at least %d", f, 100*claimLimit)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// run builds what it needs, starts the servers, measures, and writes the
+// table. A measurement that fails is reported in the table and fails the run
+// at the end; the others still run.
+func run(ctx context.Context, log *slog.Logger, o options, args []string) (err error) {
+	began := time.Now()
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(repo, "go.mod")); err != nil {
+		return fmt.Errorf("run the bench from the bench folder of the repository (cd bench && go run .): %w", err)
+	}
+	work, err := os.MkdirTemp("", "outbox-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	r := &report{Began: began, Machine: describeMachine(), Command: commandLine(args)}
+
+	// Everything that compiles runs first, so no compiler competes with a
+	// measurement for the two cores.
+	log.Info("building bootstraps, the River harness and the emulator")
+	arts, err := buildArtifacts(ctx, log, repo, work)
+	if err != nil {
+		return err
+	}
+
+	log.Info("starting PostgreSQL and moto_server")
+	env, err := startEnv(ctx, work)
+	if err != nil {
+		return err
+	}
+	defer env.stop()
+
+	var failed []error
+	step := func(name string, f func() error) {
+		if ctx.Err() != nil {
+			return
+		}
+		t := time.Now()
+		log.Info("measuring", "what", name)
+		if err := f(); err != nil {
+			log.Error("measurement failed", "what", name, "error", err.Error())
+			r.Errors = append(r.Errors, fmt.Sprintf("%s: %v", name, err))
+			failed = append(failed, fmt.Errorf("%s: %w", name, err))
+		}
+		log.Info("measured", "what", name, "took", time.Since(t).Round(time.Millisecond))
+	}
+	step("claim scaling", func() (err error) { r.Claim, err = measureClaims(ctx, log, env, o.claimSizes, o.claimRuns); return })
+	step("worker batch", func() (err error) { r.Worker, err = measureWorker(ctx, env); return })
+	step("secret calls, cache on", func() (err error) { r.CacheOn, err = measurePipeline(ctx, env, cacheOn); return })
+	step("secret calls, cache off", func() (err error) { r.CacheOff, err = measurePipeline(ctx, env, cacheOff); return })
+	step("throughput", func() (err error) {
+		if o.cpuProfile != "" {
+			stopProfile, err := startCPUProfile(o.cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
+		}
+		r.Throughput, err = measureThroughput(ctx, log, env, arts.river, o.throughputJobs, o.consumers)
+		return
+	})
+	step("cold start", func() (err error) {
+		r.Cold, err = measureColdStarts(ctx, log, env, arts, o.coldStarts)
+		return
+	})
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted: %w", err)
+	}
+	r.Sizes = arts.sizes
+	r.Memory = templateMemory(repo)
+	r.Took = time.Since(began)
+
+	table := r.markdown()
+	fmt.Print(table)
+	if err := os.WriteFile(o.out, []byte(table), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", o.out, err)
+	}
+	raw := strings.TrimSuffix(o.out, filepath.Ext(o.out)) + ".raw"
+	if err := r.writeRaw(raw); err != nil {
+		return fmt.Errorf("writing %s: %w", raw, err)
+	}
+	log.Info("done", "table", o.out, "raw", raw, "took", r.Took.Round(time.Second))
+	return errors.Join(failed...)
+}
+
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+func commandLine(args []string) string {
+	if len(args) <= 1 {
+		return "make bench (cd bench && go run .)"
+	}
+	return "cd bench && go run . " + strings.Join(args[1:], " ")
+}
