@@ -13,7 +13,6 @@ import (
 	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -39,24 +38,17 @@ type App struct {
 }
 
 // New reads the configuration through getenv and connects: the database pool
-// (sized for one invocation) and the AWS SDK config (AWS_ENDPOINT_URL and
-// AWS_REGION point it at a local emulator).
+// (sized for one invocation) and the AWS SDK config from the environment
+// (AWS_ENDPOINT_URL and AWS_REGION point it at a local emulator).
 func New(ctx context.Context, getenv func(string) string, logOut io.Writer, need config.Need) (*App, error) {
 	cfg, err := config.Load(getenv, need)
 	if err != nil {
 		return nil, err
 	}
 	log := logging.New(logOut, cfg.LogLevel)
-	var awsOpts []func(*awsconfig.LoadOptions) error
-	if v := getenv("AWS_REGION"); v != "" {
-		awsOpts = append(awsOpts, awsconfig.WithRegion(v))
-	}
-	if v := getenv("AWS_ENDPOINT_URL"); v != "" {
-		awsOpts = append(awsOpts, awsconfig.WithBaseEndpoint(v))
-	}
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsOpts...)
+	awsCfg, err := awsConfig(getenv, need&config.NeedQueue != 0 || cfg.DatabaseSecretARN != "")
 	if err != nil {
-		return nil, fmt.Errorf("loading AWS config: %w", err)
+		return nil, err
 	}
 	if cfg.AWSRegion == "" {
 		cfg.AWSRegion = awsCfg.Region

@@ -32,3 +32,27 @@ func TestDatabaseURL(t *testing.T) {
 		}
 	}
 }
+
+func TestAWSConfigFromEnvironment(t *testing.T) {
+	env := map[string]string{"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "s3cret",
+		"AWS_SESSION_TOKEN": "tok", "AWS_ENDPOINT_URL": "http://127.0.0.1:5000"}
+	cfg, err := awsConfig(func(k string) string { return env[k] }, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := cfg.Credentials.Retrieve(t.Context())
+	if err != nil || cfg.Region != "eu-west-1" || *cfg.BaseEndpoint != "http://127.0.0.1:5000" ||
+		creds.AccessKeyID != "AKIA" || creds.SecretAccessKey != "s3cret" || creds.SessionToken != "tok" {
+		t.Errorf("config %+v creds %+v err %v", cfg, creds, err)
+	}
+	if _, err := awsConfig(func(string) string { return "" }, true); err == nil || !strings.Contains(err.Error(), "AWS_REGION") {
+		t.Errorf("missing region: %v", err)
+	}
+	if cfg, err := awsConfig(func(string) string { return "" }, false); err != nil || cfg.Region != "" {
+		t.Errorf("region not required: %v", err)
+	}
+	cfg, _ = awsConfig(func(k string) string { return map[string]string{"AWS_DEFAULT_REGION": "us-west-2"}[k] }, true)
+	if _, err := cfg.Credentials.Retrieve(t.Context()); cfg.Region != "us-west-2" || err == nil || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID") {
+		t.Errorf("no credentials: region %q err %v", cfg.Region, err)
+	}
+}
