@@ -121,6 +121,20 @@ endef
 test: tools ## Run every test (-race), with real Postgres, moto_server and the Lambda runtime emulator
 	AWS_LAMBDA_RIE=$(RIE) $(GO) test -race -count=1 ./...
 
+# Every Fuzz target of the module, FUZZTIME each (their seeds also run in
+# `make test`). Discovered from the sources, so a new target is fuzzed too.
+FUZZTIME ?= 3s
+.PHONY: fuzz
+fuzz: ## Run every fuzz target briefly (FUZZTIME=3s each)
+	@grep -rlE '^func Fuzz' --include='*_test.go' internal | sort | while read -r f; do \
+		dir=./$$(dirname "$$f"); \
+		for t in $$(sed -nE 's/^func (Fuzz[A-Za-z0-9_]+)\(.*/\1/p' "$$f"); do \
+			echo "fuzz: $$dir $$t ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) "$$dir" >/tmp/fuzz-$$t.log 2>&1 \
+				|| { cat /tmp/fuzz-$$t.log; exit 1; }; \
+		done; \
+	done
+
 .PHONY: test-stress
 test-stress: ## Run the stress tests (build tag stress)
 	$(GO) test -race -count=1 -run Stress -tags stress ./...

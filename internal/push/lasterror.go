@@ -12,13 +12,14 @@ const MaxLastError = 1000
 // value masked, valid UTF-8 without NUL bytes (PostgreSQL text refuses them),
 // at most MaxLastError characters.
 func cleanError(text string, secrets []string) string {
+	// Clean the text before masking: dropping a NUL byte could otherwise
+	// join the two halves of a secret after masking looked for it.
+	text = storable(text)
 	for _, s := range secrets {
-		if s != "" {
+		if s = storable(s); s != "" {
 			text = strings.ReplaceAll(text, s, "[redacted]")
 		}
 	}
-	text = strings.ToValidUTF8(text, "\uFFFD")
-	text = strings.ReplaceAll(text, "\x00", "")
 	if utf8.RuneCountInString(text) <= MaxLastError {
 		return text
 	}
@@ -30,4 +31,10 @@ func cleanError(text string, secrets []string) string {
 		n++
 	}
 	return text
+}
+
+// storable makes s valid UTF-8 without NUL bytes (PostgreSQL text refuses
+// them).
+func storable(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
 }

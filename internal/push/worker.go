@@ -269,7 +269,7 @@ func (w *Worker) deliver(ctx context.Context, log *slog.Logger, job outbox.Job, 
 	var cred credential.Credential
 	for refreshed := false; ; refreshed = true {
 		if conn.CredentialReference != "" {
-			if cred, err = w.creds.Resolve(ctx, job.OrganizationID, conn.CredentialReference); err != nil {
+			if cred, err = w.resolve(ctx, job.OrganizationID, conn.CredentialReference); err != nil {
 				if errors.Is(err, credential.ErrRejected) {
 					return permanent(ConflictCredentialRejected, err.Error()), nil
 				}
@@ -313,6 +313,17 @@ func (w *Worker) call(ctx context.Context, p provider.Provider, conn provider.Co
 		}
 	}
 	return res, err
+}
+
+// resolve looks the credential up, cut like a provider call: a Secrets
+// Manager that hangs must not eat the time kept to record the result.
+func (w *Worker) resolve(ctx context.Context, organizationID, reference string) (credential.Credential, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-w.cfg.RecordReserve))
+		defer cancel()
+	}
+	return w.creds.Resolve(ctx, organizationID, reference)
 }
 
 // outcome maps a provider's answer to the row's next state (DESIGN.md).
