@@ -168,7 +168,6 @@ func (c *countingSecrets) DescribeSecret(ctx context.Context, in *secretsmanager
 	return c.api.DescribeSecret(ctx, in, opts...)
 }
 
-
 // statement is one pg_stat_statements entry of the measured database.
 type statement struct {
 	Calls int64

@@ -90,8 +90,15 @@ create index if not exists external_integration_outbox_claimable_idx
 create index if not exists external_integration_outbox_leased_idx
     on external_integration_outbox (lease_expires_at)
     where status = 'processing' and provider_status is null;
+create index if not exists external_integration_outbox_follow_up_idx
+    on external_integration_outbox (next_attempt_at)
+    where status = 'processing' and provider_status is not null;
+-- Operators' views and reruns by tenant. Completed rows, the bulk of the
+-- table, are left out: the index stays the size of the live rows and
+-- completing a row adds no entry to it.
 create index if not exists external_integration_outbox_org_status_idx
-    on external_integration_outbox (organization_id, status, created_at);
+    on external_integration_outbox (organization_id, status, created_at)
+    where status <> 'completed';
 
 create table if not exists external_integration_conflicts (
     id uuid primary key default gen_random_uuid(),

@@ -4,10 +4,12 @@ package outbox
 // organization_id, and every write that follows a claim is fenced by the
 // claim_token the claim handed out.
 
-// claimSQL claims up to $1 rows: due rows of the claimable states, plus rows
-// whose lease expired before the provider accepted them (crash recovery),
-// oldest first. $2 MAX_ATTEMPTS, $3 lease seconds, $4 optional organization,
-// $5 optional id list (a rerun's dispatchNow).
+// claimSQL claims up to $1 rows, oldest first: due rows of the claimable
+// states; rows whose lease expired before the provider accepted them (crash
+// recovery); and rows the provider accepted whose follow-up is due (pushed
+// again with the same idempotency key, so the provider can say it is done).
+// $2 MAX_ATTEMPTS, $3 lease seconds, $4 optional organization, $5 optional id
+// list (a rerun's dispatchNow).
 const claimSQL = `
 with due as (
     select id, created_at from external_integration_outbox
@@ -29,8 +31,18 @@ with due as (
     order by created_at
     limit $1
     for update skip locked
+), follow_up as (
+    select id, created_at from external_integration_outbox
+    where status = 'processing' and provider_status is not null
+      and next_attempt_at <= now()
+      and attempt_count < $2
+      and ($4::uuid is null or organization_id = $4)
+      and ($5::uuid[] is null or id = any($5))
+    order by created_at
+    limit $1
+    for update skip locked
 ), picked as (
-    select id from (select * from due union all select * from expired) candidates
+    select id from (select * from due union all select * from expired union all select * from follow_up) candidates
     order by created_at
     limit $1
 )
@@ -42,6 +54,7 @@ set status = 'processing',
     lease_expires_at = now() + make_interval(secs => $3),
     started_at = null,
     next_attempt_at = null,
+    provider_status = null,
     updated_at = now()
 from picked
 where o.id = picked.id
@@ -50,18 +63,23 @@ returning o.id::text, o.organization_id::text, coalesce(o.integration_connection
     o.id in (select id from expired) as reclaimed, o.created_at`
 
 // deadLetterExpiredSQL moves rows whose lease expired after their last
-// attempt to dead_letter, with their one open conflict. $1 MAX_ATTEMPTS, $2
+// attempt, and accepted rows whose follow-up is due with no attempts left, to
+// dead_letter, with their one open conflict. $1 MAX_ATTEMPTS, $2
 // optional organization, $3 optional id list (the same scope as the claim).
 const deadLetterExpiredSQL = `
 with expired as (
     update external_integration_outbox o
     set status = 'dead_letter',
-        last_error = left('attempts exhausted: the lease of the last attempt expired without a recorded result'
-            || coalesce('; previous error: ' || o.last_error, ''), 1000),
+        last_error = left(case when o.provider_status is null
+                then 'attempts exhausted: the lease of the last attempt expired without a recorded result'
+                else 'attempts exhausted: the provider answered ' || o.provider_status || ' but never confirmed completion'
+            end || coalesce('; previous error: ' || o.last_error, ''), 1000),
         lease_expires_at = null,
+        next_attempt_at = null,
         updated_at = now()
-    where o.status = 'processing' and o.provider_status is null
-      and o.lease_expires_at < now()
+    where o.status = 'processing'
+      and ((o.provider_status is null and o.lease_expires_at < now())
+        or (o.provider_status is not null and o.next_attempt_at <= now()))
       and o.attempt_count >= $1
       and ($2::uuid is null or o.organization_id = $2)
       and ($3::uuid[] is null or o.id = any($3))
@@ -115,7 +133,8 @@ where o.id = r.id and o.organization_id = r.organization_id
 // token (a stale token or an already started claim matches nothing), and the
 // same statement loads the job's connection and, for purchase-order pushes,
 // the order with its lines — organization scoped, and location scoped when
-// the connection has a location. Purchase-order keys come out in camelCase.
+// the connection has a location. The order's columns come out as they are
+// named (Start turns them into camelCase); its lines in the seed's shape.
 const startSQL = `
 with req as (
     select * from unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[]) as r(id, organization_id, claim_token, connection_id)
@@ -142,10 +161,7 @@ from started s
 left join integration_connections c
     on c.id = s.integration_connection_id and c.organization_id = s.organization_id
 left join lateral (
-    select (
-        select jsonb_object_agg(lower(left(k, 1)) || substr(replace(initcap(k), '_', ''), 2), v)
-        from jsonb_each(to_jsonb(p)) as col(k, v)
-    ) || jsonb_build_object('items', coalesce((
+    select to_jsonb(p) || jsonb_build_object('items', coalesce((
         select jsonb_agg(jsonb_build_object(
             'id', l.id, 'stockItemId', l.stock_item_id, 'quantity', l.ordered_quantity,
             'unitCode', l.purchase_unit_code, 'normalizedUnitCode', l.normalized_unit_code,
@@ -172,7 +188,7 @@ with res as (
         provider_reference = coalesce(res.provider_reference, o.provider_reference),
         provider_status = coalesce(res.provider_status, o.provider_status),
         last_error = coalesce(res.last_error, o.last_error),
-        next_attempt_at = case when res.status = 'failed'
+        next_attempt_at = case when res.status in ('failed', 'processing')
             then now() + make_interval(secs => res.retry_seconds) end,
         completed_at = case when res.status in ('completed', 'unsupported') then now() else o.completed_at end,
         lease_expires_at = null,

@@ -217,8 +217,8 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 			c.ID = j.ConnectionID
 			j.Connection = &c
 		}
-		if po != nil {
-			j.PurchaseOrder = po
+		if err == nil && po != nil {
+			j.PurchaseOrder, err = camelKeys(po)
 		}
 		return j, err
 	})

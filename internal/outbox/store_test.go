@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -344,4 +345,43 @@ func equal(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+func TestAcceptedRowsAreFollowedUpWhenDueAndDeadLetteredWhenExhausted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	due := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po, AttemptCount: 2})
+	later := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po, AttemptCount: 2})
+	exhausted := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po, AttemptCount: 10})
+	accept := func(id string, in time.Duration) {
+		_, err := b.f.Pool.Exec(ctx, `update external_integration_outbox set status = 'processing', provider_status = 'accepted',
+			lease_expires_at = null, next_attempt_at = now() + make_interval(secs => $2) where id = $1`, id, in.Seconds())
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	accept(due, -time.Second)
+	accept(later, time.Hour)
+	accept(exhausted, -time.Second)
+	n, err := b.store.DeadLetterExpired(ctx, outbox.ClaimParams{MaxAttempts: 10})
+	if err != nil || n != 1 {
+		t.Fatalf("DeadLetterExpired = %d, %v; want the exhausted accepted row", n, err)
+	}
+	if r := b.f.Row(t, exhausted); r.Status != "dead_letter" || !strings.Contains(*r.LastError, "never confirmed") {
+		t.Errorf("exhausted accepted row: %+v", r)
+	}
+	claims, err := b.store.Claim(ctx, params(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims) != 1 || claims[0].ID != due || claims[0].AttemptCount != 3 {
+		t.Fatalf("claims = %+v, want only the due follow-up %s", claims, due)
+	}
+	if r := b.f.Row(t, due); r.ProviderStatus != nil || r.LeaseExpiresAt == nil {
+		t.Errorf("a follow-up claim must carry a lease and no provider status (so a crash is recovered): %+v", r)
+	}
+	if r := b.f.Row(t, later); r.Status != "processing" || r.ProviderStatus == nil {
+		t.Errorf("not-yet-due accepted row changed: %+v", r)
+	}
 }

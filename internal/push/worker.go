@@ -338,6 +338,7 @@ func (w *Worker) outcome(job outbox.Job, res provider.Result, err error) outbox.
 		default: // accepted, or any other not-yet-done answer
 			o.Status = outbox.StatusProcessing
 			o.ProviderStatus = cmp.Or(res.Status, provider.StatusAccepted)
+			o.RetryIn = AcceptedFollowUp
 		}
 		return o
 	}
@@ -368,6 +369,13 @@ func (w *Worker) retryable(job outbox.Job, text string, retryAfter time.Duration
 	return outbox.Outcome{Status: outbox.StatusFailed, LastError: text,
 		RetryIn: backoff.Delay(job.AttemptCount, retryAfter, w.cfg.Jitter())}
 }
+
+// AcceptedFollowUp is how long a command the provider accepted but did not
+// complete waits before it is pushed again with the same idempotency key, so
+// that the provider can answer that it is done (200/409) or still working
+// (202). Each follow-up is an attempt; when none are left the row goes to
+// dead_letter. The row has no lease meanwhile.
+const AcceptedFollowUp = time.Hour
 
 // Conflict types (contract).
 const (

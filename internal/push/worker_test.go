@@ -218,7 +218,7 @@ func TestWebhookResponseClassesEndInTheirStates(t *testing.T) {
 	}{
 		{name: "200 with id", status: 200, body: `{"id":"EXT-200"}`, wantStatus: "completed", wantRef: "EXT-200", wantProv: "completed"},
 		{name: "201 with id", status: 201, body: `{"id":"EXT-201"}`, wantStatus: "completed", wantRef: "EXT-201", wantProv: "completed"},
-		{name: "202 accepted", status: 202, body: `{"id":"EXT-202"}`, wantStatus: "processing", wantRef: "EXT-202", wantProv: "accepted"},
+		{name: "202 accepted", status: 202, body: `{"id":"EXT-202"}`, wantStatus: "processing", wantRef: "EXT-202", wantProv: "accepted", wantRetry: 3600},
 		{name: "409 already done", status: 409, body: `{"id":"EXT-409"}`, wantStatus: "completed", wantRef: "EXT-409", wantProv: "completed"},
 		{name: "400 rejected", status: 400, body: `{"error":"bad supplier"}`, wantStatus: "dead_letter", wantErr: "400", wantConfict: "provider_rejected"},
 		{name: "422 rejected", status: 422, body: `unprocessable`, wantStatus: "dead_letter", wantErr: "422", wantConfict: "provider_rejected"},
