@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -240,23 +239,8 @@ func reportedMillis(re *regexp.Regexp, logs string) string {
 	return fmt.Sprintf("%.1fms", ms)
 }
 
-// syncBuffer collects the emulator's output (written from its goroutines).
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer collects output written from several goroutines.
+type syncBuffer = testenv.Buffer
 
 // ---------------------------------------------------------------- events
 

@@ -1,7 +1,6 @@
 package credential
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -187,23 +186,8 @@ func (b *bundle) putValue(t *testing.T, name, value string) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent log writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer collects output written from several goroutines.
+type syncBuffer = testenv.Buffer
 
 func mustResolve(t *testing.T, r *Resolver, organizationID, reference string) Credential {
 	t.Helper()

@@ -8,7 +8,6 @@
 package faulttest
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -76,23 +75,8 @@ func TestMain(m *testing.M) {
 
 const queueURL = "https://sqs.us-east-1.amazonaws.com/123456789012/push-purchase-order"
 
-// logBuffer collects the JSON log lines of every component of a test.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// logBuffer collects output written from several goroutines.
+type logBuffer = testenv.Buffer
 
 // queue is an in-process stand-in for an SQS queue: the dispatcher sends to
 // it (dispatch.Sender), workers receive batches from it, and a record a
