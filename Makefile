@@ -159,11 +159,11 @@ migrate: ## Apply migrations/ to the database DATABASE_URL names
 	$(GO) run ./infra/migrate
 
 .PHONY: demo
-demo: ## The whole pipeline on this machine: throwaway Postgres + moto, real handlers, printed summary
+demo: postgres-server moto-server ## The whole pipeline on this machine: throwaway Postgres + moto, real handlers, printed summary
 	$(GO) run ./infra/demo
 
 .PHONY: bench
-bench: ## Benchmarks (bench/ is its own Go module)
+bench: postgres-server moto-server ## Benchmarks (bench/ is its own Go module)
 	cd bench && $(GO) run .
 
 .PHONY: clean
