@@ -24,6 +24,15 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+func TestAnyLeaseOfAtLeastOneSecondIsAccepted(t *testing.T) {
+	for _, v := range []string{"1", "86400", "31536000"} {
+		c, err := Load(env(map[string]string{"DATABASE_URL": "x", "LEASE_SECONDS": v}), 0)
+		if err != nil || c.Lease.Seconds() < 1 {
+			t.Errorf("LEASE_SECONDS=%s: %v", v, err)
+		}
+	}
+}
+
 func TestEmptyMeansDefault(t *testing.T) {
 	c, err := Load(env(map[string]string{"DATABASE_URL": "x", "DISPATCH_MAX_PER_RUN": " "}), 0)
 	if err != nil || c.DispatchMaxPerRun != 5000 {

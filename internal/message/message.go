@@ -5,7 +5,6 @@ package message
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 
 	"integration-outbox/internal/strictjson"
 )
@@ -28,10 +27,27 @@ func (m Message) Encode() (string, error) {
 	return string(b), nil
 }
 
-var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-
-// IsUUID reports whether s is a canonical textual uuid.
-func IsUUID(s string) bool { return uuidRE.MatchString(s) }
+// IsUUID reports whether s is a canonical textual uuid
+// (8-4-4-4-12 hexadecimal digits).
+func IsUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // Decode parses and validates a message body: case-sensitive keys, no
 // unknown keys, every id a uuid, a command type present.

@@ -47,3 +47,16 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestIsUUID(t *testing.T) {
+	for s, want := range map[string]bool{
+		"0b6e2c55-2b0c-4d8e-9a43-5f1f0c1d2e3f": true, "0B6E2C55-2B0C-4D8E-9A43-5F1F0C1D2E3F": true,
+		"0b6e2c55-2b0c-4d8e-9a43-5f1f0c1d2e3": false, "0b6e2c55-2b0c-4d8e-9a43-5f1f0c1d2e3f0": false,
+		"0b6e2c55x2b0c-4d8e-9a43-5f1f0c1d2e3f": false, "0b6e2c55-2b0c-4d8e-9a43-5f1f0c1d2e3g": false,
+		"": false, "0b6e2c552b0c4d8e9a435f1f0c1d2e3f": false,
+	} {
+		if got := IsUUID(s); got != want {
+			t.Errorf("IsUUID(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

@@ -1,30 +1,53 @@
 package outbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 )
 
-// camelKeys renames the top-level keys of a JSON object from the database's
-// snake_case to camelCase (organization_id → organizationId). Values are
-// kept byte for byte. It runs in the worker rather than in SQL: per column
-// string work in the start statement cost more database time than the rest
-// of the statement together (bench/results.md).
-func camelKeys(obj []byte) (json.RawMessage, error) {
+// purchaseOrderDocument builds the webhook's purchaseOrder object from the
+// order row (to_jsonb, snake_case columns) and its lines (already in the
+// seed's shape): the columns in camelCase plus "items". Values are copied
+// byte for byte: PostgreSQL produced them, and re-validating them cost more
+// than the rest of the worker (bench/results.md). The renaming runs here, not
+// in SQL, where string work per column dominated the start statement.
+func purchaseOrderDocument(row, items []byte) (json.RawMessage, error) {
 	var cols map[string]json.RawMessage
-	if err := json.Unmarshal(obj, &cols); err != nil {
+	if err := json.Unmarshal(row, &cols); err != nil {
 		return nil, fmt.Errorf("decoding purchase order row: %w", err)
 	}
-	out := make(map[string]json.RawMessage, len(cols))
+	keys := make([]string, 0, len(cols)+1)
+	byKey := make(map[string]json.RawMessage, len(cols)+1)
 	for k, v := range cols {
-		out[camel(k)] = v
+		ck := camel(k)
+		keys = append(keys, ck)
+		byKey[ck] = v
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return nil, fmt.Errorf("encoding purchase order: %w", err)
+	if _, ok := byKey["items"]; !ok {
+		keys = append(keys, "items")
 	}
-	return b, nil
+	byKey["items"] = items
+	slices.Sort(keys)
+	var b bytes.Buffer
+	b.Grow(len(row) + len(items) + 16)
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, err := json.Marshal(k)
+		if err != nil {
+			return nil, fmt.Errorf("encoding purchase order key: %w", err)
+		}
+		b.Write(name)
+		b.WriteByte(':')
+		b.Write(byKey[k])
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // camel turns snake_case into camelCase.
@@ -32,11 +55,11 @@ func camel(name string) string {
 	parts := strings.Split(name, "_")
 	var b strings.Builder
 	b.Grow(len(name))
-	for i, p := range parts {
+	for _, p := range parts {
 		if p == "" {
 			continue
 		}
-		if i == 0 || b.Len() == 0 {
+		if b.Len() == 0 {
 			b.WriteString(p)
 			continue
 		}

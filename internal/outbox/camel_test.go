@@ -1,6 +1,9 @@
 package outbox
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 func TestCamel(t *testing.T) {
 	for in, want := range map[string]string{
@@ -13,16 +16,21 @@ func TestCamel(t *testing.T) {
 	}
 }
 
-func TestCamelKeysKeepsValues(t *testing.T) {
-	got, err := camelKeys([]byte(`{"order_number":"PO-1","location_id":null,"items":[{"unitCode":"case"}],"total_minor":1999}`))
+func TestPurchaseOrderDocument(t *testing.T) {
+	got, err := purchaseOrderDocument(
+		[]byte(`{"order_number": "PO-1", "location_id": null, "total_minor": 1999, "items": "a column named items"}`),
+		[]byte(`[{"unitCode": "case"}]`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"items":[{"unitCode":"case"}],"locationId":null,"orderNumber":"PO-1","totalMinor":1999}`
+	want := `{"items":[{"unitCode": "case"}],"locationId":null,"orderNumber":"PO-1","totalMinor":1999}`
 	if string(got) != want {
-		t.Errorf("camelKeys = %s, want %s", got, want)
+		t.Errorf("document = %s\nwant       %s", got, want)
 	}
-	if _, err := camelKeys([]byte(`[1]`)); err == nil {
-		t.Error("a non-object must be an error")
+	if !json.Valid(got) {
+		t.Error("document is not valid JSON")
+	}
+	if _, err := purchaseOrderDocument([]byte(`[1]`), []byte(`[]`)); err == nil {
+		t.Error("a non-object row must be an error")
 	}
 }

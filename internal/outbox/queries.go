@@ -17,7 +17,7 @@ with due as (
       and coalesce(next_attempt_at, now()) <= now()
       and attempt_count < $2
       and ($4::uuid is null or organization_id = $4)
-      and ($5::uuid[] is null or id = any($5))
+      and ($5::text[] is null or id = any($5::text[]::uuid[]))
     order by created_at
     limit $1
     for update skip locked
@@ -27,7 +27,7 @@ with due as (
       and lease_expires_at < now()
       and attempt_count < $2
       and ($4::uuid is null or organization_id = $4)
-      and ($5::uuid[] is null or id = any($5))
+      and ($5::text[] is null or id = any($5::text[]::uuid[]))
     order by created_at
     limit $1
     for update skip locked
@@ -37,7 +37,7 @@ with due as (
       and next_attempt_at <= now()
       and attempt_count < $2
       and ($4::uuid is null or organization_id = $4)
-      and ($5::uuid[] is null or id = any($5))
+      and ($5::text[] is null or id = any($5::text[]::uuid[]))
     order by created_at
     limit $1
     for update skip locked
@@ -82,7 +82,7 @@ with expired as (
         or (o.provider_status is not null and o.next_attempt_at <= now()))
       and o.attempt_count >= $1
       and ($2::uuid is null or o.organization_id = $2)
-      and ($3::uuid[] is null or o.id = any($3))
+      and ($3::text[] is null or o.id = any($3::text[]::uuid[]))
     returning o.*
 ), conflicts as (
     insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
@@ -111,7 +111,7 @@ set status = 'queued',
     lease_expires_at = null,
     next_attempt_at = null,
     updated_at = now()
-from unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[]) as r(id, organization_id, claim_token, connection_id)
+from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[]) as r(id, organization_id, claim_token, connection_id)
 where o.id = r.id and o.organization_id = r.organization_id
   and o.integration_connection_id is not distinct from r.connection_id
   and o.claim_token = r.claim_token and o.status = 'processing' and o.started_at is null`
@@ -124,7 +124,7 @@ set status = 'unsupported',
     last_error = $5,
     lease_expires_at = null,
     updated_at = now()
-from unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[]) as r(id, organization_id, claim_token, connection_id)
+from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[]) as r(id, organization_id, claim_token, connection_id)
 where o.id = r.id and o.organization_id = r.organization_id
   and o.integration_connection_id is not distinct from r.connection_id
   and o.claim_token = r.claim_token and o.status = 'processing'`
@@ -137,7 +137,7 @@ where o.id = r.id and o.organization_id = r.organization_id
 // named (Start turns them into camelCase); its lines in the seed's shape.
 const startSQL = `
 with req as (
-    select * from unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[]) as r(id, organization_id, claim_token, connection_id)
+    select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[]) as r(id, organization_id, claim_token, connection_id)
 ), started as (
     update external_integration_outbox o
     set started_at = now(), updated_at = now()
@@ -156,18 +156,18 @@ select s.id::text, s.organization_id::text, coalesce(s.integration_connection_id
     s.attempt_count, s.claim_token::text,
     c.id is not null, coalesce(c.location_id::text, ''), coalesce(c.provider, ''),
     coalesce(c.credential_reference, ''), coalesce(c.config_json, '{}'::jsonb),
-    po.doc
+    po.doc, po.items
 from started s
 left join integration_connections c
     on c.id = s.integration_connection_id and c.organization_id = s.organization_id
 left join lateral (
-    select to_jsonb(p) || jsonb_build_object('items', coalesce((
+    select to_jsonb(p) as doc, coalesce((
         select jsonb_agg(jsonb_build_object(
             'id', l.id, 'stockItemId', l.stock_item_id, 'quantity', l.ordered_quantity,
             'unitCode', l.purchase_unit_code, 'normalizedUnitCode', l.normalized_unit_code,
             'unitsPerPurchaseUnit', l.units_per_purchase_unit_snapshot,
             'unitPriceMinor', l.unit_price_minor_snapshot) order by l.created_at, l.id)
-        from purchase_order_lines l where l.purchase_order_id = p.id), '[]'::jsonb)) as doc
+        from purchase_order_lines l where l.purchase_order_id = p.id), '[]'::jsonb) as items
     from purchase_orders p
     where s.command_type = 'push_purchase_order'
       and p.id = s.local_entity_id and p.organization_id = s.organization_id
@@ -178,8 +178,8 @@ left join lateral (
 // and opens one conflict per row that reached dead_letter.
 const recordSQL = `
 with res as (
-    select * from unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[],
-        $7::text[], $8::float8[], $9::text[], $10::text[], $11::uuid[], $12::uuid[])
+    select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[], $5::text[], $6::text[],
+        $7::text[], $8::float8[], $9::text[], $10::text[], $11::text[]::uuid[], $12::text[]::uuid[])
         as r(id, organization_id, claim_token, status, provider_reference, provider_status,
             last_error, retry_seconds, conflict_type, conflict_summary, location_id, connection_id)
 ), updated as (

@@ -209,16 +209,17 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 			c     Connection
 			found bool
 			po    []byte
+			items []byte
 		)
 		err := r.Scan(&j.ID, &j.OrganizationID, &j.ConnectionID, &j.CommandType, &j.LocalEntityType,
 			&j.LocalEntityID, &j.Payload, &j.IdempotencyKey, &j.AttemptCount, &j.ClaimToken,
-			&found, &c.LocationID, &c.Provider, &c.CredentialReference, &c.Config, &po)
+			&found, &c.LocationID, &c.Provider, &c.CredentialReference, &c.Config, &po, &items)
 		if found {
 			c.ID = j.ConnectionID
 			j.Connection = &c
 		}
 		if err == nil && po != nil {
-			j.PurchaseOrder, err = camelKeys(po)
+			j.PurchaseOrder, err = purchaseOrderDocument(po, items)
 		}
 		return j, err
 	})

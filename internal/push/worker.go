@@ -211,7 +211,10 @@ type jobResult struct {
 
 // run delivers one started job and returns its outcome; it never fails.
 func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job) jobResult {
-	log := base.With("outboxId", job.ID, "organizationId", job.OrganizationID, "attempt", job.AttemptCount)
+	// The job's fields go on each line rather than through Logger.With, which
+	// would format them for every job whether anything is logged or not.
+	log := jobLogger{log: base, attrs: []slog.Attr{slog.String("outboxId", job.ID),
+		slog.String("organizationId", job.OrganizationID), slog.Int("attempt", job.AttemptCount)}}
 	began := time.Now()
 	var res jobResult
 	if job.Connection != nil {
@@ -228,16 +231,30 @@ func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job) job
 	if o.Status == outbox.StatusFailed || o.Status == outbox.StatusDeadLetter {
 		level = slog.LevelWarn
 	}
-	log.Log(ctx, level, "job finished", "status", o.Status, "providerStatus", o.ProviderStatus,
-		"providerReference", o.ProviderReference, "conflictType", o.ConflictType, "error", o.LastError,
-		"retryInSeconds", o.RetryIn.Seconds(), "durationMs", time.Since(began).Milliseconds())
+	log.logAttrs(ctx, level, "job finished", slog.String("status", o.Status), slog.String("providerStatus", o.ProviderStatus),
+		slog.String("providerReference", o.ProviderReference), slog.String("conflictType", o.ConflictType),
+		slog.String("error", o.LastError), slog.Float64("retryInSeconds", o.RetryIn.Seconds()),
+		slog.Int64("durationMs", time.Since(began).Milliseconds()))
 	res.outcome = o
 	return res
 }
 
+// jobLogger logs lines about one job, each with the job's fields.
+type jobLogger struct {
+	log   *slog.Logger
+	attrs []slog.Attr
+}
+
+func (l jobLogger) logAttrs(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {
+	if !l.log.Enabled(ctx, level) {
+		return
+	}
+	l.log.LogAttrs(ctx, level, msg, append(l.attrs[:len(l.attrs):len(l.attrs)], attrs...)...)
+}
+
 // deliver does the work of one job. It returns the outcome and the secret
 // values that must not appear in any text it stores.
-func (w *Worker) deliver(ctx context.Context, log *slog.Logger, job outbox.Job, latency *time.Duration) (outbox.Outcome, []string) {
+func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, latency *time.Duration) (outbox.Outcome, []string) {
 	if job.CommandType != CommandType {
 		return unsupported(fmt.Sprintf("unsupported command type %q", job.CommandType)), nil
 	}
@@ -281,7 +298,7 @@ func (w *Worker) deliver(ctx context.Context, log *slog.Logger, job outbox.Job, 
 		*latency += time.Since(callStart)
 		var perr *provider.Error
 		if errors.As(err, &perr) && perr.AuthFailed && !refreshed && conn.CredentialReference != "" {
-			log.InfoContext(ctx, "provider refused the credential; refreshing it once", "statusCode", perr.StatusCode)
+			log.logAttrs(ctx, slog.LevelInfo, "provider refused the credential; refreshing it once", slog.Int("statusCode", perr.StatusCode))
 			w.creds.Invalidate(conn.CredentialReference)
 			continue
 		}

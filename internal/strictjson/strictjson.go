@@ -59,6 +59,12 @@ func decodeValue(raw json.RawMessage, dst reflect.Value, path string) error {
 		return nil
 	}
 	t := dst.Type()
+	if t.Kind() == reflect.String && isPlainString(raw) && !implementsUnmarshaler(t) {
+		// The common case, without a second pass of the JSON decoder: the
+		// document was already validated when it was split into fields.
+		dst.SetString(string(raw[1 : len(raw)-1]))
+		return nil
+	}
 	if t.Kind() == reflect.Struct && !implementsUnmarshaler(t) {
 		return decodeObject(raw, dst, path)
 	}
@@ -78,6 +84,11 @@ func decodeValue(raw json.RawMessage, dst reflect.Value, path string) error {
 		return &FieldError{Field: path, Msg: err.Error()}
 	}
 	return nil
+}
+
+// isPlainString reports whether raw is a JSON string without escapes.
+func isPlainString(raw []byte) bool {
+	return len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && bytes.IndexByte(raw, '\\') < 0
 }
 
 func fieldsByTag(t reflect.Type) map[string]int {

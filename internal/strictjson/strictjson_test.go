@@ -46,6 +46,10 @@ func TestDecode(t *testing.T) {
 			t.Errorf("%s: error %v, want it to contain %q", tc.in, err, tc.wantErr)
 		}
 	}
+	var esc outer
+	if err := Decode([]byte(`{"organizationId": "a\"b\u00e9", "filter": {"name": ""}}`), &esc); err != nil || esc.Org != "a\"bé" || esc.Filter.Name != "" {
+		t.Errorf("escaped strings: %q %+v %v", esc.Org, esc.Filter, err)
+	}
 	var o outer
 	if err := Decode([]byte(`{"limit": 5, "flag": false, "filter": {"statuses": ["a","b"], "name": "n"}}`), &o); err != nil {
 		t.Fatal(err)
