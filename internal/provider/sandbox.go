@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"sync"
 	"time"
 
 	"integration-outbox/internal/credential"
@@ -54,6 +55,9 @@ type SandboxConfig struct {
 // connection, so the sandbox always supports purchase orders.
 type Sandbox struct {
 	sleep func(ctx context.Context, d time.Duration) error
+	// configs caches parsed config_json by its text: a load test sends
+	// thousands of commands through a handful of connections.
+	configs sync.Map // string → sandboxConfig
 }
 
 // NewSandbox returns a sandbox provider.
@@ -69,7 +73,7 @@ func (s *Sandbox) Capabilities() Capabilities { return Capabilities{PurchaseOrde
 
 // PushPurchaseOrder answers as conn.Config says, after its latency.
 func (s *Sandbox) PushPurchaseOrder(ctx context.Context, conn Connection, _ credential.Credential, cmd PurchaseOrderPush) (Result, error) {
-	cfg, err := parseSandboxConfig(conn.Config)
+	cfg, err := s.config(conn.Config)
 	if err != nil {
 		return Result{}, err
 	}
@@ -103,6 +107,18 @@ func (s *Sandbox) PushPurchaseOrder(ctx context.Context, conn Connection, _ cred
 			Message: "sandbox: try again later (answer \"retry\")"}
 	}
 	return Result{Status: StatusCompleted, ExternalID: id}, nil
+}
+
+// config parses raw once per distinct text; invalid configs are not cached.
+func (s *Sandbox) config(raw json.RawMessage) (sandboxConfig, error) {
+	if c, ok := s.configs.Load(string(raw)); ok {
+		return c.(sandboxConfig), nil
+	}
+	c, err := parseSandboxConfig(raw)
+	if err == nil {
+		s.configs.Store(string(raw), c)
+	}
+	return c, err
 }
 
 // keyFraction maps a hash to [0, 1) uniformly.
