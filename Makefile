@@ -120,6 +120,7 @@ endef
 .PHONY: test
 test: tools ## Run every test (-race), with real Postgres, moto_server and the Lambda runtime emulator
 	AWS_LAMBDA_RIE=$(RIE) $(GO) test -race -count=1 ./...
+	@for m in $(SUBMODULES); do echo "test: module $$m"; (cd $$m && $(GO) test -count=1 ./...) || exit 1; done
 
 # Every Fuzz target of the module, FUZZTIME each (their seeds also run in
 # `make test`). Discovered from the sources, so a new target is fuzzed too.
