@@ -125,4 +125,18 @@ func TestUpOverHostTablesInSearchPathSchema(t *testing.T) {
 	if err := conn.QueryRow(ctx, `select count(*) from backoffice.external_integration_outbox`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("host row lost: n=%d err=%v", n, err)
 	}
+
+	// Down works in the same schema and keeps the host's table and row.
+	for range migrationCount(t) {
+		if err := migrate.Down(ctx, schemaURL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cols = columns(t, conn, "backoffice", "external_integration_outbox")
+	if cols["claim_token"] || !cols["idempotency_key"] {
+		t.Errorf("after down the host table has columns %v, want the host's only", cols)
+	}
+	if err := conn.QueryRow(ctx, `select count(*) from backoffice.external_integration_outbox`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("host row lost by down: n=%d err=%v", n, err)
+	}
 }
