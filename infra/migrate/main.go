@@ -1,5 +1,7 @@
-// Command migrate applies the outbox migrations to $DATABASE_URL (make migrate).
-// "migrate down" rolls back the most recent one.
+// Command migrate applies the outbox migrations to $DATABASE_URL (make migrate),
+// after creating any of the host's tables the database lacks. "migrate down"
+// rolls back the most recent migration: only the objects it created, never a
+// host table or a column the host had.
 package main
 
 import (

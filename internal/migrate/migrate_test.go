@@ -80,8 +80,10 @@ func TestUpOnEmptyDatabaseTwiceAndDown(t *testing.T) {
 	if err := migrate.Down(ctx, url); err != nil {
 		t.Fatal(err)
 	}
-	if cols := columns(t, conn, "public", "external_integration_outbox"); len(cols) != 0 {
-		t.Errorf("down left external_integration_outbox with %d columns", len(cols))
+	// The outbox is the host's: down removes our lease columns, not the table.
+	cols = columns(t, conn, "public", "external_integration_outbox")
+	if !cols["payload_json"] || cols["claim_token"] {
+		t.Errorf("after down external_integration_outbox has columns %v, want the host's without claim_token", cols)
 	}
 }
 
@@ -122,5 +124,19 @@ func TestUpOverHostTablesInSearchPathSchema(t *testing.T) {
 	var n int
 	if err := conn.QueryRow(ctx, `select count(*) from backoffice.external_integration_outbox`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("host row lost: n=%d err=%v", n, err)
+	}
+
+	// Down works in the same schema and keeps the host's table and row.
+	for range migrationCount(t) {
+		if err := migrate.Down(ctx, schemaURL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cols = columns(t, conn, "backoffice", "external_integration_outbox")
+	if cols["claim_token"] || !cols["idempotency_key"] {
+		t.Errorf("after down the host table has columns %v, want the host's only", cols)
+	}
+	if err := conn.QueryRow(ctx, `select count(*) from backoffice.external_integration_outbox`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("host row lost by down: n=%d err=%v", n, err)
 	}
 }

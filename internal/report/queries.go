@@ -4,12 +4,14 @@ package report
 // listing views $1 is MAX_ATTEMPTS (for the attempts left) and the
 // organization is optional; the views of one row require its organization.
 
-// rowColumns is one outbox row as the listing views print it.
+// rowColumns is one outbox row as the listing views print it. A host whose
+// outbox had its own (nullable) updated_at keeps it, hence the coalesce.
 const rowColumns = `
     o.id::text, o.organization_id::text, coalesce(o.integration_connection_id::text, ''),
     coalesce(o.provider, ''), coalesce(o.command_type, ''), o.status, o.attempt_count,
     greatest($1 - o.attempt_count, 0), o.next_attempt_at, o.lease_expires_at,
-    coalesce(o.provider_status, ''), coalesce(o.last_error, ''), o.created_at, o.updated_at`
+    coalesce(o.provider_status, ''), coalesce(o.last_error, ''), o.created_at,
+    coalesce(o.updated_at, o.created_at)`
 
 // listSQL lists rows newest first. $2 optional organization, $3 optional
 // status, $4 optional connection, $5 limit.
