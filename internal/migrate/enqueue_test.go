@@ -68,8 +68,8 @@ func TestEnqueueInsertsQueuedRowDueNowWithTheConnectionsProvider(t *testing.T) {
 	id := mustEnqueue(t, b.f.Pool, b.args("po-approved-1"))
 	var (
 		org, conn, provider, command, entityType, entityID, payload, key, status string
-		attempts                                                               int
-		due, enforced                                                          bool
+		attempts                                                                 int
+		due, enforced                                                            bool
 	)
 	err := b.f.Pool.QueryRow(context.Background(), `
 		select organization_id::text, integration_connection_id::text, provider, command_type, local_entity_type,
