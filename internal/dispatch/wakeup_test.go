@@ -73,9 +73,10 @@ func TestConcurrentWakeUpsClaimEveryRowOnceWithBoundedRuns(t *testing.T) {
 
 	const wakeUps, maxPerRun = 20, 10
 	var (
-		wg        sync.WaitGroup
-		mu        sync.Mutex
-		summaries []dispatch.Summary
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		summaries  []dispatch.Summary
+		statements []int64
 	)
 	start := make(chan struct{})
 	for i := range wakeUps {
@@ -83,7 +84,7 @@ func TestConcurrentWakeUpsClaimEveryRowOnceWithBoundedRuns(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			// Each wake-up is its own container: its own pool of 4.
-			d, _ := b.countingDispatcher(t, 5, maxPerRun)
+			d, counter := b.countingDispatcher(t, 5, maxPerRun)
 			<-start
 			s, err := d.Handle(context.Background(), wakeEvent(b.org))
 			mu.Lock()
@@ -92,11 +93,13 @@ func TestConcurrentWakeUpsClaimEveryRowOnceWithBoundedRuns(t *testing.T) {
 				t.Errorf("wake-up %d: %v", i, err)
 			}
 			summaries = append(summaries, s)
+			statements = append(statements, counter.n.Load())
 		}()
 	}
 	close(start)
 	wg.Wait()
 
+	t.Logf("%d concurrent wake-ups: claims %v, statements %v", wakeUps, claimsOf(summaries), statements)
 	claimed := 0
 	for _, s := range summaries {
 		if s.Claimed > maxPerRun || s.Dispatched != s.Claimed || s.Released != 0 {
@@ -210,4 +213,12 @@ func setupBench(tb testing.TB) bundle {
 	org := f.NewID(tb)
 	return bundle{f: f, sqs: client, queue: aws.ToString(out.QueueUrl), org: org,
 		conn: f.Connection(tb, testenv.ConnectionOpts{OrganizationID: org}), po: f.PurchaseOrder(tb, org, "", 1)}
+}
+
+func claimsOf(ss []dispatch.Summary) []int {
+	out := make([]int, len(ss))
+	for i, s := range ss {
+		out[i] = s.Claimed
+	}
+	return out
 }

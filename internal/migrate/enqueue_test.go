@@ -497,3 +497,45 @@ func TestEnqueueInstallsOverHostRowsWithDuplicateKeys(t *testing.T) {
 		t.Errorf("down lost rows: %d (%v)", n, err)
 	}
 }
+
+// BenchmarkEnqueue measures one call of the function in its own transaction:
+// a new key, and a repeated key (the answer is the existing row). The
+// plain-insert case is the host's direct insert of the same row, for scale.
+func BenchmarkEnqueue(b *testing.B) {
+	for _, repeated := range []bool{false, true} {
+		b.Run(fmt.Sprintf("repeated=%v", repeated), func(b *testing.B) {
+			f := pg.NewDB(b)
+			org := f.NewID(b)
+			args := enqueueArgs{org, f.Connection(b, testenv.ConnectionOpts{OrganizationID: org}),
+				"push_purchase_order", "purchase_order", f.PurchaseOrder(b, org, "", 1), `{"externalSupplierId": "SUP-1"}`, "k"}
+			ctx := context.Background()
+			i := 0
+			for b.Loop() {
+				if !repeated {
+					i++
+					args[6] = fmt.Sprintf("k-%d", i)
+				}
+				if _, err := enqueue(ctx, f.Pool, args); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("plain-insert", func(b *testing.B) {
+		f := pg.NewDB(b)
+		org := f.NewID(b)
+		conn := f.Connection(b, testenv.ConnectionOpts{OrganizationID: org})
+		po := f.PurchaseOrder(b, org, "", 1)
+		ctx := context.Background()
+		i := 0
+		for b.Loop() {
+			i++
+			if _, err := f.Pool.Exec(ctx, `insert into external_integration_outbox (organization_id, integration_connection_id,
+				provider, command_type, local_entity_type, local_entity_id, payload_json, idempotency_key, next_attempt_at)
+				values ($1, $2, 'sandbox', 'push_purchase_order', 'purchase_order', $3, '{"externalSupplierId": "SUP-1"}', $4, now())`,
+				org, conn, po, fmt.Sprintf("k-%d", i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
