@@ -300,26 +300,45 @@ const { approvePurchaseOrder } = require('./out/enqueue.js');
 var npmPackages = []string{"pg@8", "@types/pg@8", "typescript@5", "@aws-sdk/client-lambda@3"}
 
 // npmWorkspace installs npmPackages once into the user cache directory and
-// returns it; it skips the test when npm cannot install them.
+// returns it; it skips the test when npm cannot install them. The install goes
+// to a private directory renamed into place, so an interrupted install leaves
+// nothing half-written behind.
 func npmWorkspace(t *testing.T) string {
 	t.Helper()
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		t.Skipf("no cache directory: %v", err)
 	}
-	dir := filepath.Join(cache, "integration-outbox", "producers-ts-example")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@aws-sdk", "client-lambda", "package.json")); err == nil {
+	parent := filepath.Join(cache, "integration-outbox")
+	dir := filepath.Join(parent, "producers-ts-example")
+	marker := filepath.Join(dir, "node_modules", "@aws-sdk", "client-lambda", "package.json")
+	if _, err := os.Stat(marker); err == nil {
 		return dir
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Skipf("creating %s: %v", dir, err)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		t.Skipf("creating %s: %v", parent, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"private": true}`), 0o644); err != nil {
+	tmp, err := os.MkdirTemp(parent, "producers-ts-example-*")
+	if err != nil {
+		t.Skipf("creating a directory in %s: %v", parent, err)
+	}
+	defer os.RemoveAll(tmp) // gone after the rename
+	if err := os.WriteFile(filepath.Join(tmp, "package.json"), []byte(`{"private": true}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{"install", "--no-audit", "--no-fund", "--loglevel=error"}, npmPackages...)
-	if out, err := runIn(dir, 5*time.Minute, "npm", args...); err != nil {
+	if out, err := runIn(tmp, 5*time.Minute, "npm", args...); err != nil {
 		t.Skipf("npm install %v failed (registry unreachable?): %v\n%s", npmPackages, err, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		return dir // another test run finished first
+	}
+	os.RemoveAll(dir) // a leftover without the packages
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, statErr := os.Stat(marker); statErr == nil {
+			return dir
+		}
+		t.Fatalf("moving the npm install into %s: %v", dir, err)
 	}
 	return dir
 }
