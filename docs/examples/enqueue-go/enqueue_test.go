@@ -137,12 +137,17 @@ type recordingInvoker struct {
 	mu    sync.Mutex
 	calls []*lambda.InvokeInput
 	err   error
+	// onInvoke runs at each invoke (to check what the database shows then).
+	onInvoke func()
 }
 
 func (r *recordingInvoker) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls = append(r.calls, in)
+	if r.onInvoke != nil {
+		r.onInvoke()
+	}
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -156,7 +161,13 @@ func TestGoExampleEnqueuesAndWakesTheDispatcher(t *testing.T) {
 	org := f.NewID(t)
 	a := enqueue.Approval{OrganizationID: org, ConnectionID: f.Connection(t, testenv.ConnectionOpts{OrganizationID: org}),
 		PurchaseOrderID: f.PurchaseOrder(t, org, "", 2), ExternalSupplierID: "SUP-7"}
-	inv := &recordingInvoker{}
+	// The wake-up comes after the commit: when it is sent, another
+	// connection (the dispatcher's) already sees the row.
+	inv := &recordingInvoker{onInvoke: func() {
+		if n := f.Count(t, `select count(*) from external_integration_outbox where organization_id = $1`, org); n != 1 {
+			t.Errorf("at the wake-up other connections see %d rows, want the committed 1", n)
+		}
+	}}
 	const arn = "arn:aws:lambda:eu-west-1:123456789012:function:outbox-dispatch"
 	id, err := enqueue.ApprovePurchaseOrder(ctx, f.Pool, inv, arn, a)
 	if err != nil {
