@@ -1,0 +1,224 @@
+package dispatch_test
+
+// The host wakes the dispatcher right after its commit with an asynchronous
+// invoke carrying {"organizationId": "…"} (docs/producers.md). These tests run
+// the real dispatcher on that event: many wake-ups at once are safe (every row
+// claimed and sent once, no errors) and cheap (bounded work per run).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"integration-outbox/internal/dispatch"
+	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/testenv"
+)
+
+// statementCounter counts the statements a pool sends.
+type statementCounter struct{ n atomic.Int64 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// countingDispatcher is a dispatcher whose store's pool counts its statements.
+func (b bundle) countingDispatcher(t testing.TB, batch, maxPerRun int) (*dispatch.Dispatcher, *statementCounter) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(b.f.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &statementCounter{}
+	cfg.ConnConfig.Tracer = counter
+	cfg.MaxConns = 4 // what one dispatch container opens
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	d, err := dispatch.New(outbox.NewStore(pool), b.sqs, dispatch.Config{
+		Routes: dispatch.Routes{"push_purchase_order": b.queue}, BatchSize: batch, MaxPerRun: maxPerRun,
+		MaxAttempts: 10, Lease: 15 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, counter
+}
+
+func wakeEvent(org string) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{"organizationId": %q}`, org))
+}
+
+func TestConcurrentWakeUpsClaimEveryRowOnceWithBoundedRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.commands(t, 60, testenv.CommandOpts{})
+	other := b.f.NewID(t)
+	otherRow := b.f.Command(t, testenv.CommandOpts{OrganizationID: other,
+		ConnectionID: b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: other}), EntityID: b.po})
+
+	const wakeUps, maxPerRun = 20, 10
+	var (
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		summaries  []dispatch.Summary
+		statements []int64
+	)
+	start := make(chan struct{})
+	for i := range wakeUps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each wake-up is its own container: its own pool of 4.
+			d, counter := b.countingDispatcher(t, 5, maxPerRun)
+			<-start
+			s, err := d.Handle(context.Background(), wakeEvent(b.org))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("wake-up %d: %v", i, err)
+			}
+			summaries = append(summaries, s)
+			statements = append(statements, counter.n.Load())
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	t.Logf("%d concurrent wake-ups: claims %v, statements %v", wakeUps, claimsOf(summaries), statements)
+	claimed := 0
+	for _, s := range summaries {
+		if s.Claimed > maxPerRun || s.Dispatched != s.Claimed || s.Released != 0 {
+			t.Errorf("a wake-up did %+v, want at most %d claims, all dispatched", s, maxPerRun)
+		}
+		claimed += s.Claimed
+	}
+	// Runs racing for the same rows may stop early (a short batch reads as
+	// "nothing left"); a later wake-up or the schedule takes the rest.
+	d, _ := b.countingDispatcher(t, 50, 5000)
+	rest, err := d.Handle(context.Background(), wakeEvent(b.org))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claimed+rest.Claimed != len(ids) {
+		t.Errorf("wake-ups claimed %d, the follow-up run %d, want %d in all", claimed, rest.Claimed, len(ids))
+	}
+	perRow := map[string]int{}
+	for _, m := range b.receiveAll(t) {
+		perRow[m.OutboxID]++
+		if m.OrganizationID != b.org {
+			t.Errorf("a wake-up for %s sent a row of %s", b.org, m.OrganizationID)
+		}
+	}
+	for _, id := range ids {
+		if perRow[id] != 1 {
+			t.Errorf("row %s sent %d times, want once", id, perRow[id])
+		}
+		if r := b.f.Row(t, id); r.Status != "processing" || r.AttemptCount != 1 {
+			t.Errorf("row %s: %s after %d attempts, want processing after 1", id, r.Status, r.AttemptCount)
+		}
+	}
+	if r := b.f.Row(t, otherRow); r.Status != "queued" || r.AttemptCount != 0 {
+		t.Errorf("another organization's row was touched: %+v", r)
+	}
+}
+
+// idleWakeUpStatementBound is the most statements a wake-up that finds nothing
+// due may cost (it costs 2 today: the expired-lease sweep and one empty claim).
+const idleWakeUpStatementBound = 6
+
+func TestWakeUpWithNothingDueIsAFewStatements(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Plenty of work for another organization and finished rows for this one.
+	other := b.f.NewID(t)
+	otherConn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: other})
+	for range 30 {
+		b.f.Command(t, testenv.CommandOpts{OrganizationID: other, ConnectionID: otherConn, EntityID: b.po})
+	}
+	b.commands(t, 10, testenv.CommandOpts{Status: "completed"})
+	d, counter := b.countingDispatcher(t, 50, 5000)
+	for range 3 {
+		counter.n.Store(0)
+		s, err := d.Handle(context.Background(), wakeEvent(b.org))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s != (dispatch.Summary{}) {
+			t.Errorf("idle wake-up did %+v", s)
+		}
+		if n := counter.n.Load(); n > idleWakeUpStatementBound {
+			t.Errorf("idle wake-up sent %d statements, want at most %d", n, idleWakeUpStatementBound)
+		} else {
+			t.Logf("idle wake-up: %d statements", n)
+		}
+	}
+	if n := b.f.Count(t, `select count(*) from external_integration_outbox where organization_id = $1 and status = 'queued'`, other); n != 30 {
+		t.Errorf("a wake-up for one organization touched another's rows: %d of 30 still queued", n)
+	}
+}
+
+// BenchmarkWakeUp measures one wake-up invocation's handler (not the Lambda
+// invoke around it): statements sent and time, with nothing due and with the
+// one row the host just enqueued.
+func BenchmarkWakeUp(b *testing.B) {
+	for _, due := range []int{0, 1} {
+		b.Run(fmt.Sprintf("due=%d", due), func(bb *testing.B) {
+			env := setupBench(bb)
+			d, counter := env.countingDispatcher(bb, 50, 5000)
+			ctx := context.Background()
+			var statements int64
+			for bb.Loop() {
+				if due > 0 {
+					bb.StopTimer()
+					env.f.Command(bb, testenv.CommandOpts{OrganizationID: env.org, ConnectionID: env.conn, EntityID: env.po})
+					bb.StartTimer()
+				}
+				counter.n.Store(0)
+				s, err := d.Handle(ctx, wakeEvent(env.org))
+				if err != nil || s.Claimed != due {
+					bb.Fatalf("wake-up: %+v %v", s, err)
+				}
+				statements += counter.n.Load()
+			}
+			bb.ReportMetric(float64(statements)/float64(bb.N), "statements/op")
+		})
+	}
+}
+
+// setupBench is setup for a benchmark.
+func setupBench(tb testing.TB) bundle {
+	tb.Helper()
+	f := pg.NewDB(tb)
+	client := sqs.NewFromConfig(moto.AWSConfig())
+	out, err := client.CreateQueue(context.Background(), &sqs.CreateQueueInput{
+		QueueName: aws.String(fmt.Sprintf("wake-%d-%d", os.Getpid(), queueSeq.Add(1)))})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	org := f.NewID(tb)
+	return bundle{f: f, sqs: client, queue: aws.ToString(out.QueueUrl), org: org,
+		conn: f.Connection(tb, testenv.ConnectionOpts{OrganizationID: org}), po: f.PurchaseOrder(tb, org, "", 1)}
+}
+
+func claimsOf(ss []dispatch.Summary) []int {
+	out := make([]int, len(ss))
+	for i, s := range ss {
+		out[i] = s.Claimed
+	}
+	return out
+}
