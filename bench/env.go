@@ -80,6 +80,7 @@ func (e *benchEnv) functionEnv(databaseURL string) map[string]string {
 	env["DATABASE_URL"] = databaseURL
 	env["PUSH_PURCHASE_ORDER_QUEUE_URL"] = e.queueURL
 	env["WEBHOOK_ALLOW_PRIVATE_NETWORKS"] = "true"
+	env["SANDBOX_PROVIDER_ENABLED"] = "true"
 	return env
 }
 

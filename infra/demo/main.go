@@ -92,7 +92,7 @@ func run() error {
 	defer logFile.Close()
 
 	env := map[string]string{
-		"DATABASE_URL": dbURL, "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "LOG_LEVEL": "info",
+		"DATABASE_URL": dbURL, "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "SANDBOX_PROVIDER_ENABLED": "true", "LOG_LEVEL": "info",
 		"CLAIM_BATCH_SIZE": "10", "PROVIDER_TIMEOUT": "5s",
 	}
 	pre, err := app.New(ctx, lookup(env), io.Discard, 0)

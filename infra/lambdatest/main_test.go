@@ -92,6 +92,7 @@ func functionEnv(databaseURL, queueURL string) map[string]string {
 		"AWS_SECRET_ACCESS_KEY":          "test",
 		"PUSH_PURCHASE_ORDER_QUEUE_URL":  queueURL,
 		"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
+		"SANDBOX_PROVIDER_ENABLED":       "true",
 		"CREDENTIAL_REFERENCE_PREFIX":    "integrations/",
 		"LOG_LEVEL":                      "info",
 	}

@@ -96,11 +96,17 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 	})
 }
 
-// Providers builds the provider registry.
+// Providers builds the provider registry. The sandbox is in it only with
+// SANDBOX_PROVIDER_ENABLED: in a real deployment a sandbox connection must
+// not mark orders completed that nobody received.
 func (a *App) Providers() provider.Registry {
+	var sandbox *provider.Sandbox
+	if a.Config.SandboxProviderEnabled {
+		sandbox = provider.NewSandbox(provider.SandboxConfig{})
+	}
 	return provider.NewRegistry(
 		provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Timeout: a.Config.ProviderTimeout}),
-		provider.NewSandbox(provider.SandboxConfig{}),
+		sandbox,
 	)
 }
 
@@ -111,7 +117,8 @@ func (a *App) Credentials() (*credential.Resolver, error) {
 		ttl = -1
 	}
 	return credential.NewResolver(secretsmanager.NewFromConfig(a.AWS), credential.ResolverConfig{
-		Prefix: a.Config.CredentialReferencePrefix, Region: a.Config.AWSRegion, TTL: ttl, Logger: a.Logger,
+		Prefix: a.Config.CredentialReferencePrefix, Region: a.Config.AWSRegion, TTL: ttl,
+		AllowUntagged: a.Config.CredentialAllowUntagged, Logger: a.Logger,
 	})
 }
 

@@ -26,9 +26,15 @@ type Config struct {
 	ProviderTimeout           time.Duration // PROVIDER_TIMEOUT
 	CredentialReferencePrefix string        // CREDENTIAL_REFERENCE_PREFIX
 	CredentialCacheTTL        time.Duration // CREDENTIAL_CACHE_TTL
-	AllowPrivateNetworks      bool          // WEBHOOK_ALLOW_PRIVATE_NETWORKS
-	LogLevel                  slog.Level    // LOG_LEVEL
-	AWSRegion                 string        // AWS_REGION
+	// CREDENTIAL_ALLOW_UNTAGGED_SECRETS: the old, weaker tenant rule — any
+	// untagged secret under the prefix serves every organization.
+	CredentialAllowUntagged bool
+	AllowPrivateNetworks    bool // WEBHOOK_ALLOW_PRIVATE_NETWORKS
+	// SANDBOX_PROVIDER_ENABLED: the sandbox provider runs (demo, tests,
+	// benchmarks); off, a sandbox connection's rows end unsupported.
+	SandboxProviderEnabled bool
+	LogLevel               slog.Level // LOG_LEVEL
+	AWSRegion              string     // AWS_REGION
 }
 
 // Need names what a function requires beyond the defaults.
@@ -54,7 +60,9 @@ func Load(getenv func(string) string, need Need) (Config, error) {
 		ProviderTimeout:           r.duration("PROVIDER_TIMEOUT", 10*time.Second),
 		CredentialReferencePrefix: r.str("CREDENTIAL_REFERENCE_PREFIX", "integrations/"),
 		CredentialCacheTTL:        r.duration("CREDENTIAL_CACHE_TTL", 5*time.Minute),
+		CredentialAllowUntagged:   r.boolean("CREDENTIAL_ALLOW_UNTAGGED_SECRETS", false),
 		AllowPrivateNetworks:      r.boolean("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
+		SandboxProviderEnabled:    r.boolean("SANDBOX_PROVIDER_ENABLED", false),
 		LogLevel:                  r.level("LOG_LEVEL", slog.LevelInfo),
 		AWSRegion:                 r.str("AWS_REGION", ""),
 	}

@@ -46,13 +46,15 @@ func TestParsesEveryVariable(t *testing.T) {
 		"CLAIM_BATCH_SIZE": "7", "DISPATCH_MAX_PER_RUN": "70", "MAX_ATTEMPTS": "3", "LEASE_SECONDS": "1",
 		"PUSH_CONCURRENCY": "4", "PROVIDER_TIMEOUT": "2500ms", "CREDENTIAL_REFERENCE_PREFIX": "acme/",
 		"CREDENTIAL_CACHE_TTL": "30", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "LOG_LEVEL": "debug", "AWS_REGION": "eu-west-1",
+		"SANDBOX_PROVIDER_ENABLED": "true", "CREDENTIAL_ALLOW_UNTAGGED_SECRETS": "true",
 	}), NeedQueue)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.ClaimBatchSize != 7 || c.DispatchMaxPerRun != 70 || c.MaxAttempts != 3 || c.Lease != time.Second ||
 		c.PushConcurrency != 4 || c.ProviderTimeout != 2500*time.Millisecond || c.CredentialReferencePrefix != "acme/" ||
-		c.CredentialCacheTTL != 30*time.Second || !c.AllowPrivateNetworks || c.LogLevel != slog.LevelDebug || c.AWSRegion != "eu-west-1" {
+		c.CredentialCacheTTL != 30*time.Second || !c.AllowPrivateNetworks || c.LogLevel != slog.LevelDebug || c.AWSRegion != "eu-west-1" ||
+		!c.SandboxProviderEnabled || !c.CredentialAllowUntagged {
 		t.Errorf("unexpected %+v", c)
 	}
 }
@@ -74,6 +76,8 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"PROVIDER_TIMEOUT", map[string]string{"DATABASE_URL": "x", "PROVIDER_TIMEOUT": "0"}, 0},
 		{"CREDENTIAL_CACHE_TTL", map[string]string{"DATABASE_URL": "x", "CREDENTIAL_CACHE_TTL": "5 minutes"}, 0},
 		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS", map[string]string{"DATABASE_URL": "x", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "yes please"}, 0},
+		{"SANDBOX_PROVIDER_ENABLED", map[string]string{"DATABASE_URL": "x", "SANDBOX_PROVIDER_ENABLED": "on"}, 0},
+		{"CREDENTIAL_ALLOW_UNTAGGED_SECRETS", map[string]string{"DATABASE_URL": "x", "CREDENTIAL_ALLOW_UNTAGGED_SECRETS": "sure"}, 0},
 		{"LOG_LEVEL", map[string]string{"DATABASE_URL": "x", "LOG_LEVEL": "loud"}, 0},
 		{"PUSH_CONCURRENCY", map[string]string{"DATABASE_URL": "x", "PUSH_CONCURRENCY": "many"}, 0},
 	} {

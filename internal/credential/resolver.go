@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,12 @@ type ResolverConfig struct {
 	FetchTimeout time.Duration
 	// Clock returns the current time; time.Now when nil.
 	Clock func() time.Time
+	// AllowUntagged is CREDENTIAL_ALLOW_UNTAGGED_SECRETS, the old and weaker
+	// rule: a secret without an organization_id tag serves every
+	// organization, wherever it lies under the prefix. Off (the default), an
+	// untagged secret serves only the organization under whose
+	// "<prefix><organizationId>/" its name lies.
+	AllowUntagged bool
 	// Logger receives Debug logs of cache hits, misses and fetches (reference
 	// names only, never values); nothing is logged when nil.
 	Logger *slog.Logger
@@ -62,12 +69,13 @@ type ResolverConfig struct {
 // scope rules of DESIGN.md, and caches them per container. It is safe for
 // concurrent use.
 type Resolver struct {
-	api          SecretsAPI
-	scope        scope
-	ttl          time.Duration
-	fetchTimeout time.Duration
-	now          func() time.Time
-	log          *slog.Logger
+	api           SecretsAPI
+	scope         scope
+	ttl           time.Duration
+	fetchTimeout  time.Duration
+	now           func() time.Time
+	log           *slog.Logger
+	allowUntagged bool
 
 	flights singleflight.Group
 	mu      sync.Mutex
@@ -79,6 +87,7 @@ type Resolver struct {
 
 // cacheEntry is what one fetch learned about a secret.
 type cacheEntry struct {
+	name           string // the secret's name, as Secrets Manager reports it
 	organizationID string // the organization_id tag's value
 	tagged         bool   // whether the secret has an organization_id tag
 	credential     Credential
@@ -96,13 +105,14 @@ func NewResolver(api SecretsAPI, cfg ResolverConfig) (*Resolver, error) {
 		return nil, err
 	}
 	r := &Resolver{
-		api:          api,
-		scope:        sc,
-		ttl:          cfg.TTL,
-		fetchTimeout: cfg.FetchTimeout,
-		now:          cfg.Clock,
-		log:          cfg.Logger,
-		cache:        make(map[string]cacheEntry),
+		api:           api,
+		scope:         sc,
+		ttl:           cfg.TTL,
+		fetchTimeout:  cfg.FetchTimeout,
+		now:           cfg.Clock,
+		log:           cfg.Logger,
+		allowUntagged: cfg.AllowUntagged,
+		cache:         make(map[string]cacheEntry),
 	}
 	if r.ttl == 0 {
 		r.ttl = DefaultTTL
@@ -120,27 +130,30 @@ func NewResolver(api SecretsAPI, cfg ResolverConfig) (*Resolver, error) {
 }
 
 // Resolve returns the credential that reference names, for a job of
-// organizationID. Errors wrap ErrRejected (permanent: out of scope, tagged
-// for another organization, missing, not JSON...) or ErrUnavailable
-// (retryable: Secrets Manager unreachable, throttling, ctx done), and name
-// the reference but never a secret value.
+// organizationID. Errors wrap ErrRejected (permanent: out of scope, not the
+// organization's, missing, not JSON...) or ErrUnavailable (retryable:
+// Secrets Manager unreachable, throttling, ctx done), and name the reference
+// but never a secret value.
 //
-// The scope is checked before any AWS call. The organization tag is checked
-// on every call, cache hits included; a cached entry that fails it is
-// fetched again before refusing, so a fixed tag takes effect at once.
+// A secret must prove its tenant: its organization_id tag equals
+// organizationID, or it has no such tag and its name lies under
+// "<prefix><organizationId>/" (any untagged secret with AllowUntagged).
+// The scope is checked before any AWS call. The tenant is checked on every
+// call, cache hits included; a cached entry that fails it is fetched again
+// before refusing, so a fixed tag takes effect at once.
 func (r *Resolver) Resolve(ctx context.Context, organizationID, reference string) (Credential, error) {
 	if err := r.scope.check(reference); err != nil {
 		return Credential{}, rejected(reference, err)
 	}
 	e, state := r.lookup(reference)
 	if state == cacheFresh {
-		if e.allows(organizationID) {
+		if r.refusal(e, organizationID) == "" {
 			r.hits.Add(1)
 			r.log.DebugContext(ctx, "credential cache hit", "reference", reference)
 			return e.credential, nil
 		}
-		// Tagged for another organization: re-check against fresh tags
-		// rather than refuse on what may be stale (rejections are not cached).
+		// Not this organization's: re-check against fresh tags rather than
+		// refuse on what may be stale (rejections are not cached).
 		state = "organization mismatch"
 		r.drop(reference)
 	}
@@ -150,8 +163,8 @@ func (r *Resolver) Resolve(ctx context.Context, organizationID, reference string
 	if err != nil {
 		return Credential{}, err
 	}
-	if !e.allows(organizationID) {
-		return Credential{}, rejected(reference, errors.New("secret is tagged for another organization"))
+	if why := r.refusal(e, organizationID); why != "" {
+		return Credential{}, rejected(reference, errors.New(why))
 	}
 	return e.credential, nil
 }
@@ -173,8 +186,21 @@ func (r *Resolver) Stats() (hits, misses int64) {
 	return r.hits.Load(), r.misses.Load()
 }
 
-func (e cacheEntry) allows(organizationID string) bool {
-	return !e.tagged || e.organizationID == organizationID
+// refusal says why the secret of e may not serve a job of organizationID,
+// or returns "" when it may. It never names the other organization.
+func (r *Resolver) refusal(e cacheEntry, organizationID string) string {
+	switch {
+	case e.tagged && e.organizationID == organizationID:
+		return ""
+	case e.tagged:
+		return "secret is tagged for another organization"
+	case r.allowUntagged:
+		return ""
+	case organizationID != "" && strings.HasPrefix(e.name, r.scope.namePrefix+organizationID+"/"):
+		return ""
+	}
+	return fmt.Sprintf("secret has no %s tag and its name is not under %q (tag it with the organization, or set CREDENTIAL_ALLOW_UNTAGGED_SECRETS to accept any untagged secret)",
+		OrganizationTag, r.scope.namePrefix+organizationID+"/")
 }
 
 // Cache look-up outcomes, as logged.
@@ -258,7 +284,10 @@ func (r *Resolver) load(ctx context.Context, reference string) (cacheEntry, erro
 		}
 		secretID = *desc.ARN
 	}
-	var e cacheEntry
+	e := cacheEntry{name: aws.ToString(desc.Name)}
+	if e.name == "" {
+		e.name = nameOf(secretID)
+	}
 	for _, tag := range desc.Tags {
 		if aws.ToString(tag.Key) == OrganizationTag {
 			e.organizationID, e.tagged = aws.ToString(tag.Value), true
@@ -289,6 +318,15 @@ func (r *Resolver) load(ctx context.Context, reference string) (cacheEntry, erro
 	}
 	r.log.DebugContext(ctx, "credential fetched", "reference", reference, "organizationTagged", e.tagged, "ttl", r.ttl)
 	return e, nil
+}
+
+// nameOf returns the secret name of a reference: the part of an ARN
+// after "secret:" (with Secrets Manager's random suffix), else the reference.
+func nameOf(reference string) string {
+	if a, why := parseARN(reference); why == "" {
+		return a.name
+	}
+	return reference
 }
 
 // isRejectedCode reports whether a Secrets Manager error code is one a

@@ -236,7 +236,7 @@ func TestResolveHappyPath(t *testing.T) {
 func TestResolveByARNPrefix(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ResolverConfig{Prefix: testARNPrefix})
-	name, arn := b.createSecret(t, "", secretJSON, "")
+	name, arn := b.createSecret(t, "", secretJSON, "org-a")
 	mustResolve(t, b.resolver, "org-a", name)
 	mustResolve(t, b.resolver, "org-a", arn)
 }
@@ -245,7 +245,6 @@ func TestResolveOrganizationTag(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ResolverConfig{})
 	tagged, _ := b.createSecret(t, "-tagged", secretJSON, "org-a")
-	untagged, _ := b.createSecret(t, "-untagged", `{"token":"t"}`, "")
 
 	_, err := b.resolver.Resolve(context.Background(), "org-b", tagged)
 	assertRejected(t, err, "tagged for another organization")
@@ -253,8 +252,54 @@ func TestResolveOrganizationTag(t *testing.T) {
 		t.Fatalf("error %q reveals the other organization", err)
 	}
 	mustResolve(t, b.resolver, "org-a", tagged)
+}
+
+// TestResolveSecretMustProveItsTenant: by default a secret serves an
+// organization only when its organization_id tag names it, or when it is
+// untagged and its name lies under "<prefix><organizationId>/". An untagged
+// secret elsewhere under the prefix serves nobody, and a tag for another
+// organization wins over the path.
+func TestResolveSecretMustProveItsTenant(t *testing.T) {
+	t.Parallel()
+	for _, prefix := range []string{"", testARNPrefix} {
+		b := setup(t, ResolverConfig{Prefix: prefix})
+		orgA, orgB := "org-"+rand.Text()[:8], "org-"+rand.Text()[:8]
+		shared, _ := b.createSecret(t, "-untagged", `{"token":"t"}`, "")
+		underA, underAARN := createSecret(t, b.client, "integrations/"+orgA+"/"+rand.Text()[:8], `{"token":"a"}`, "")
+		hijack, _ := createSecret(t, b.client, "integrations/"+orgA+"/"+rand.Text()[:8], `{"token":"b"}`, orgB)
+		// "<prefix><org>" without the slash is another organization's name.
+		lookalike, _ := createSecret(t, b.client, "integrations/"+orgA+"x/"+rand.Text()[:8], `{"token":"x"}`, "")
+
+		for _, org := range []string{orgA, orgB} {
+			_, err := b.resolver.Resolve(context.Background(), org, shared)
+			assertRejected(t, err, "has no organization_id tag and its name is not under \"integrations/"+org+"/\"")
+		}
+		mustResolve(t, b.resolver, orgA, underA)
+		mustResolve(t, b.resolver, orgA, underAARN)
+		_, err := b.resolver.Resolve(context.Background(), orgB, underA) // cached for orgA: refused all the same
+		assertRejected(t, err, "has no organization_id tag")
+
+		_, err = b.resolver.Resolve(context.Background(), orgA, hijack)
+		assertRejected(t, err, "tagged for another organization")
+		mustResolve(t, b.resolver, orgB, hijack)
+
+		_, err = b.resolver.Resolve(context.Background(), orgA, lookalike)
+		assertRejected(t, err, "has no organization_id tag")
+	}
+}
+
+// TestResolveAllowUntaggedIsTheOldRule: CREDENTIAL_ALLOW_UNTAGGED_SECRETS
+// lets any untagged secret under the prefix serve every organization; a tag
+// for another organization is still refused.
+func TestResolveAllowUntaggedIsTheOldRule(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ResolverConfig{AllowUntagged: true})
+	untagged, _ := b.createSecret(t, "-untagged", `{"token":"t"}`, "")
+	tagged, _ := b.createSecret(t, "-tagged", secretJSON, "org-a")
 	mustResolve(t, b.resolver, "org-a", untagged)
 	mustResolve(t, b.resolver, "org-b", untagged)
+	_, err := b.resolver.Resolve(context.Background(), "org-b", tagged)
+	assertRejected(t, err, "tagged for another organization")
 }
 
 func TestResolveCachedEntryRefusedForOtherOrganization(t *testing.T) {
@@ -293,7 +338,7 @@ func TestResolveRejectsBadSecretValues(t *testing.T) {
 		{"-array", `["hunter2-TOPSECRET"]`, "not a JSON object"},
 		{"-number", `{"token":123456789,"signingSecret":"TOPSECRET"}`, `"token" is not a string`},
 	} {
-		name, _ := b.createSecret(t, tt.suffix, tt.value, "")
+		name, _ := b.createSecret(t, tt.suffix, tt.value, "org-a")
 		_, err := b.resolver.Resolve(context.Background(), "org-a", name)
 		assertRejected(t, err, tt.want)
 		if strings.Contains(err.Error(), "TOPSECRET") || strings.Contains(err.Error(), "123456789") {
@@ -334,7 +379,7 @@ func TestResolveMissingSecretIsRejectedAndNotCached(t *testing.T) {
 func TestResolveScheduledForDeletion(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ResolverConfig{})
-	name, _ := b.createSecret(t, "", secretJSON, "")
+	name, _ := b.createSecret(t, "", secretJSON, "org-a")
 	if _, err := b.client.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{
 		SecretId: aws.String(name), RecoveryWindowInDays: aws.Int64(7),
 	}); err != nil {
@@ -413,7 +458,7 @@ func TestResolveCachesConcurrent(t *testing.T) {
 func TestResolveTTLExpiry(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ResolverConfig{TTL: time.Minute})
-	name, _ := b.createSecret(t, "", `{"token":"v1"}`, "")
+	name, _ := b.createSecret(t, "", `{"token":"v1"}`, "org-a")
 
 	mustResolve(t, b.resolver, "org-a", name)
 	b.putValue(t, name, `{"token":"v2"}`)
@@ -436,7 +481,7 @@ func TestResolveTTLExpiry(t *testing.T) {
 func TestResolveDefaultTTL(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ResolverConfig{})
-	name, _ := b.createSecret(t, "", secretJSON, "")
+	name, _ := b.createSecret(t, "", secretJSON, "org-a")
 	mustResolve(t, b.resolver, "org-a", name)
 	b.clock.Advance(DefaultTTL - time.Second)
 	mustResolve(t, b.resolver, "org-a", name)
@@ -449,7 +494,7 @@ func TestResolveDefaultTTL(t *testing.T) {
 func TestResolveCacheDisabled(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ResolverConfig{TTL: -1})
-	name, _ := b.createSecret(t, "", secretJSON, "")
+	name, _ := b.createSecret(t, "", secretJSON, "org-a")
 	mustResolve(t, b.resolver, "org-a", name)
 	mustResolve(t, b.resolver, "org-a", name)
 	b.api.assertCalls(t, 2, 2)
@@ -458,7 +503,7 @@ func TestResolveCacheDisabled(t *testing.T) {
 func TestInvalidate(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ResolverConfig{})
-	name, _ := b.createSecret(t, "", `{"token":"old"}`, "")
+	name, _ := b.createSecret(t, "", `{"token":"old"}`, "org-a")
 
 	mustResolve(t, b.resolver, "org-a", name)
 	b.putValue(t, name, `{"token":"rotated"}`)
@@ -488,7 +533,7 @@ func TestResolveUnavailableWhenSecretsManagerIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, _ := createSecret(t, client, secretName(t, ""), secretJSON, "")
+	name, _ := createSecret(t, client, secretName(t, ""), secretJSON, "org-a")
 	moto.Stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -519,6 +564,7 @@ func (f *fakeAPI) DescribeSecret(ctx context.Context, in *secretsmanager.Describ
 	return &secretsmanager.DescribeSecretOutput{
 		ARN:  aws.String(testARNPrefix + strings.TrimPrefix(aws.ToString(in.SecretId), "integrations/") + "-AbCdEf"),
 		Name: in.SecretId,
+		Tags: []types.Tag{{Key: aws.String(OrganizationTag), Value: aws.String("org-a")}},
 	}, nil
 }
 

@@ -1,14 +1,18 @@
 package provider
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"integration-outbox/internal/credential"
 )
 
 // Fuzz targets for every decoder of outside input: the webhook's and the
@@ -44,13 +48,15 @@ func FuzzParseWebhookConfig(f *testing.F) {
 	})
 }
 
+type responseSeed struct {
+	status               int
+	retryAfter, location string
+	body                 string
+}
+
 func FuzzParseResponse(f *testing.F) {
 	date := testNow.Add(time.Minute).UTC().Format(http.TimeFormat)
-	seeds := []struct {
-		status               int
-		retryAfter, location string
-		body                 string
-	}{
+	seeds := []responseSeed{
 		{200, "", "", `{"id":"ext-1"}`},
 		{200, "", "", `{"id":12.5e3}`},
 		{201, "", "", ``},
@@ -64,53 +70,69 @@ func FuzzParseResponse(f *testing.F) {
 		{301, "", "/relative", ``},
 		{600, "-1", "", `{`},
 	}
+	for _, form := range echoForms(encodedCred().Values()...) {
+		seeds = append(seeds,
+			responseSeed{400, "", "", `{"error":"invalid token ` + form + `"}`},
+			responseSeed{200, "", "", `{"id":"` + form + `"}`},
+			responseSeed{503, "", "", strings.Repeat("x", maxQuotedBody-4) + form})
+	}
 	for _, s := range seeds {
 		f.Add(s.status, s.retryAfter, s.location, []byte(s.body))
 	}
 	requestURL, _ := url.Parse("https://provider.example/hook")
-	cred := testCred()
+	// Both credentials at once: the plain one and the one whose values
+	// change under JSON, URL and base64 encoding.
+	cred := credential.Credential{Token: testCred().Token, SigningSecret: encodedCred().SigningSecret}
+	cred2 := credential.Credential{Token: encodedCred().Token, SigningSecret: testCred().SigningSecret}
 	f.Fuzz(func(t *testing.T, status int, retryAfter, location string, body []byte) {
-		header := http.Header{}
-		header.Set("Retry-After", retryAfter)
-		header.Set("Location", location)
-		res, err := interpretResponse(status, header, body, requestURL, testNow, cred)
-		if err == nil {
-			switch res.Status {
-			case StatusCompleted, StatusAccepted:
-			default:
-				t.Fatalf("status %d gave result status %q", status, res.Status)
-			}
-			if !answersWithID(status) {
-				t.Fatalf("status %d answered %+v, want an error", status, res)
-			}
-			checkNoSecret(t, "ExternalID", res.ExternalID)
-			if len(res.ExternalID) > maxExternalIDBytes || strings.ContainsFunc(res.ExternalID, unicode.IsControl) {
-				t.Fatalf("ExternalID %q is too long or holds control characters", res.ExternalID)
-			}
-			return
-		}
-		pe := asError(t, err)
-		if pe.Kind != Retryable && pe.Kind != Rejected {
-			t.Fatalf("status %d gave kind %v", status, pe.Kind)
-		}
-		if pe.StatusCode != status {
-			t.Fatalf("StatusCode = %d, want %d", pe.StatusCode, status)
-		}
-		if pe.RetryAfter < 0 || pe.RetryAfter > maxRetryAfter || (pe.RetryAfter > 0 && pe.Kind != Retryable) {
-			t.Fatalf("RetryAfter = %v (kind %v)", pe.RetryAfter, pe.Kind)
-		}
-		if pe.AuthFailed != (status == 401 || status == 403) {
-			t.Fatalf("AuthFailed = %v for status %d", pe.AuthFailed, status)
-		}
-		msg := pe.Error()
-		checkNoSecret(t, "message", msg)
-		if !utf8.ValidString(msg) || strings.ContainsAny(msg, "\x00\n\r") {
-			t.Fatalf("message %q is not one line of valid UTF-8", msg)
-		}
-		if len(msg) > 900 {
-			t.Fatalf("message is %d bytes long", len(msg))
-		}
+		fuzzResponse(t, cred, status, retryAfter, location, body, requestURL)
+		fuzzResponse(t, cred2, status, retryAfter, location, body, requestURL)
 	})
+}
+
+// fuzzResponse checks what interpretResponse makes of one response.
+func fuzzResponse(t *testing.T, cred credential.Credential, status int, retryAfter, location string, body []byte, requestURL *url.URL) {
+	t.Helper()
+	header := http.Header{}
+	header.Set("Retry-After", retryAfter)
+	header.Set("Location", location)
+	res, err := interpretResponse(status, header, body, requestURL, testNow, cred)
+	if err == nil {
+		switch res.Status {
+		case StatusCompleted, StatusAccepted:
+		default:
+			t.Fatalf("status %d gave result status %q", status, res.Status)
+		}
+		if !answersWithID(status) {
+			t.Fatalf("status %d answered %+v, want an error", status, res)
+		}
+		checkNoSecret(t, cred, "ExternalID", res.ExternalID)
+		if len(res.ExternalID) > maxExternalIDBytes || strings.ContainsFunc(res.ExternalID, unicode.IsControl) {
+			t.Fatalf("ExternalID %q is too long or holds control characters", res.ExternalID)
+		}
+		return
+	}
+	pe := asError(t, err)
+	if pe.Kind != Retryable && pe.Kind != Rejected {
+		t.Fatalf("status %d gave kind %v", status, pe.Kind)
+	}
+	if pe.StatusCode != status {
+		t.Fatalf("StatusCode = %d, want %d", pe.StatusCode, status)
+	}
+	if pe.RetryAfter < 0 || pe.RetryAfter > maxRetryAfter || (pe.RetryAfter > 0 && pe.Kind != Retryable) {
+		t.Fatalf("RetryAfter = %v (kind %v)", pe.RetryAfter, pe.Kind)
+	}
+	if pe.AuthFailed != (status == 401 || status == 403) {
+		t.Fatalf("AuthFailed = %v for status %d", pe.AuthFailed, status)
+	}
+	msg := pe.Error()
+	checkNoSecret(t, cred, "message", msg)
+	if !utf8.ValidString(msg) || strings.ContainsAny(msg, "\x00\n\r") {
+		t.Fatalf("message %q is not one line of valid UTF-8", msg)
+	}
+	if len(msg) > 900 {
+		t.Fatalf("message is %d bytes long", len(msg))
+	}
 }
 
 func FuzzParseSandboxConfig(f *testing.F) {
@@ -144,12 +166,36 @@ func FuzzParseSandboxConfig(f *testing.F) {
 	})
 }
 
-// checkNoSecret fails when s holds a test credential value.
-func checkNoSecret(t *testing.T, what, s string) {
+// encodedCred is a credential whose values change under JSON escaping
+// ('/', '<', '&', non-ASCII), URL encoding ('+', '=', '/') and base64.
+func encodedCred() credential.Credential {
+	return credential.Credential{
+		Token:         credential.NewSecret("tok/SECRET+abc=="),
+		SigningSecret: credential.NewSecret("sig-SECRET-é<&>"),
+	}
+}
+
+// echoForms returns the ways a provider may echo the values back: raw, as
+// encoding/json writes them, as PHP's json_encode writes them ("\/" for '/',
+// \uXXXX for non-ASCII), URL-encoded (query and path) and base64.
+func echoForms(values ...string) []string {
+	var out []string
+	for _, v := range values {
+		goJSON, _ := json.Marshal(v)
+		ascii := strconv.QuoteToASCII(v) // JSON for printable text without '"' or '\'
+		php := strings.ReplaceAll(ascii[1:len(ascii)-1], "/", `\/`)
+		out = append(out, v, string(goJSON[1:len(goJSON)-1]), php, url.QueryEscape(v), url.PathEscape(v),
+			base64.StdEncoding.EncodeToString([]byte(v)))
+	}
+	return out
+}
+
+// checkNoSecret fails when s holds a value of cred, raw or encoded.
+func checkNoSecret(t *testing.T, cred credential.Credential, what, s string) {
 	t.Helper()
-	for _, secret := range testCred().Values() {
+	for _, secret := range echoForms(cred.Values()...) {
 		if strings.Contains(s, secret) {
-			t.Fatalf("%s %q contains a secret", what, s)
+			t.Fatalf("%s %q contains the secret form %q", what, s, secret)
 		}
 	}
 }

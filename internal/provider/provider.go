@@ -138,10 +138,17 @@ func NewRegistry(webhook *Webhook, sandbox *Sandbox) Registry {
 	return r
 }
 
+// ErrProviderOff is returned by Registry.Get for the sandbox when it is not
+// registered: SANDBOX_PROVIDER_ENABLED is off in this deployment.
+var ErrProviderOff = errors.New("provider switched off")
+
 // Get returns the provider registered under name.
 func (r Registry) Get(name string) (Provider, error) {
 	p, ok := r[name]
-	if !ok {
+	switch {
+	case !ok && name == NameSandbox:
+		return nil, fmt.Errorf("provider %q: %w in this deployment (SANDBOX_PROVIDER_ENABLED is not true)", name, ErrProviderOff)
+	case !ok:
 		return nil, fmt.Errorf("provider %q: %w", name, ErrUnknownProvider)
 	}
 	return p, nil

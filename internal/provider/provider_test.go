@@ -2,6 +2,7 @@ package provider
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -31,6 +32,11 @@ func TestNewRegistry(t *testing.T) {
 	}
 	if r := NewRegistry(nil, s); len(r) != 1 {
 		t.Errorf("NewRegistry(nil, s) has %d entries, want 1", len(r))
+	}
+	// Without the sandbox (SANDBOX_PROVIDER_ENABLED off) its name says so.
+	_, err := NewRegistry(w, nil).Get(NameSandbox)
+	if !errors.Is(err, ErrProviderOff) || !strings.Contains(err.Error(), "SANDBOX_PROVIDER_ENABLED") {
+		t.Errorf("Get(sandbox) without it = %v, want ErrProviderOff naming SANDBOX_PROVIDER_ENABLED", err)
 	}
 }
 

@@ -129,7 +129,7 @@ func (w *Webhook) PushPurchaseOrder(ctx context.Context, conn Connection, cred c
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(body))
 	if err != nil {
-		return Result{}, &Error{Kind: ConfigInvalid, Message: "config_json.url: building request", Err: err}
+		return Result{}, &Error{Kind: ConfigInvalid, Message: "config_json.url: building request", Err: hideURL(err, target)}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -144,7 +144,7 @@ func (w *Webhook) PushPurchaseOrder(ctx context.Context, conn Connection, cred c
 
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return Result{}, classifyTransportError(err, w.cfg.Timeout, cred)
+		return Result{}, classifyTransportError(hideURL(err, target), w.cfg.Timeout, cred)
 	}
 	defer resp.Body.Close()
 	// An answer that carries an id is read up to the cap; of any other only
@@ -161,7 +161,7 @@ func (w *Webhook) PushPurchaseOrder(ctx context.Context, conn Connection, cred c
 			Kind:       Retryable,
 			StatusCode: resp.StatusCode,
 			Message:    fmt.Sprintf("webhook: reading the %d response body", resp.StatusCode),
-			Err:        err,
+			Err:        hideURL(err, target),
 		}, cred)
 	}
 	return interpretResponse(resp.StatusCode, resp.Header, respBody, req.URL, w.cfg.Clock(), cred)
@@ -403,11 +403,12 @@ func quoteBody(body []byte, cred credential.Credential) string {
 }
 
 // trimSecretPrefix drops the longest end of b that is the beginning of a
-// credential value.
+// credential value in one of the forms masking recognises.
 func trimSecretPrefix(b []byte, cred credential.Credential) []byte {
+	forms := credential.Forms(cred.Values()...)
 	for trimmed := true; trimmed; {
 		trimmed = false
-		for _, v := range cred.Values() {
+		for _, v := range forms {
 			for k := min(len(v)-1, len(b)); k > 0; k-- {
 				if bytes.HasSuffix(b, []byte(v[:k])) {
 					b, trimmed = b[:len(b)-k], true
@@ -424,18 +425,42 @@ func trimSecretPrefix(b []byte, cred credential.Credential) []byte {
 // it is masked rather than cut.
 func quotePrefixLen(cred credential.Credential) int {
 	n := maxQuotedBody + utf8.UTFMax
-	for _, v := range cred.Values() {
+	for _, v := range credential.Forms(cred.Values()...) {
 		n = max(n, maxQuotedBody+len(v))
 	}
 	return n
 }
 
-// redact replaces every occurrence of a credential value in s by "[redacted]".
+// redact replaces every credential value in s, raw or encoded, by
+// "[redacted]" (credential.Mask).
 func redact(s string, cred credential.Credential) string {
-	for _, v := range cred.Values() {
-		s = strings.ReplaceAll(s, v, "[redacted]")
+	return cred.Mask(s)
+}
+
+// hideURL rewrites err so that its text names the target by scheme and host
+// only, as a redirect's Location is quoted: the path and query of a webhook
+// URL often carry a token (hook ids, ?api_key=), and Go's *url.Error quotes
+// the whole URL. The result still unwraps to what err wrapped.
+func hideURL(err error, target *url.URL) error {
+	if err == nil {
+		return nil
 	}
-	return s
+	origin := target.Scheme + "://" + target.Host
+	if ue, ok := err.(*url.Error); ok {
+		err = &url.Error{Op: ue.Op, URL: origin, Err: ue.Err}
+	}
+	// Anything deeper that quotes the URL or its path and query anyway.
+	text := strings.ReplaceAll(err.Error(), target.String(), origin)
+	if uri := target.RequestURI(); uri != "/" {
+		text = strings.ReplaceAll(text, uri, "")
+	}
+	if target.RawQuery != "" {
+		text = strings.ReplaceAll(text, "?"+target.RawQuery, "")
+	}
+	if text != err.Error() {
+		return &redactedError{text: text, err: err}
+	}
+	return err
 }
 
 // classifyTransportError turns a failed http.Client.Do into an *Error: a

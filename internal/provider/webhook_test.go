@@ -309,8 +309,79 @@ func TestWebhookConnectionRefused(t *testing.T) {
 	if pe.Kind != Retryable || pe.StatusCode != 0 {
 		t.Errorf("error = %v (kind %v, status %d), want Retryable without status", err, pe.Kind, pe.StatusCode)
 	}
-	if text := err.Error(); strings.Contains(text, testToken) || !strings.Contains(text, "[redacted]") {
-		t.Errorf("error text %q leaks the token or does not mask it", text)
+	if text := err.Error(); strings.Contains(text, testToken) || !strings.Contains(text, "http://"+addr) {
+		t.Errorf("error text %q leaks the token or does not name the target's host", text)
+	}
+}
+
+// TestWebhookTransportErrorNamesSchemeAndHostOnly: a transport error names
+// the target as scheme://host, never the URL's path or query, which carry
+// hook tokens and API keys that are not the connection's secret.
+func TestWebhookTransportErrorNamesSchemeAndHostOnly(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	slow, _ := testServer(t, false, func(http.ResponseWriter, *http.Request) { time.Sleep(500 * time.Millisecond) })
+	const pathToken, queryKey = "hookTOKEN4711", "APIKEY0815"
+	for _, tc := range []struct {
+		name, base string
+		timeout    time.Duration
+		wantCause  error
+	}{
+		{"connection refused", "http://" + addr, 0, nil},
+		{"timeout", slow.URL, 50 * time.Millisecond, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := newTestWebhook(t, WebhookConfig{AllowPrivateNetworks: true, Timeout: tc.timeout})
+			target := tc.base + "/hooks/" + pathToken + "?api_key=" + queryKey + "#frag"
+			_, err := w.PushPurchaseOrder(context.Background(), conn(target), testCred(), testCommand())
+			pe := asError(t, err)
+			if pe.Kind != Retryable {
+				t.Fatalf("error = %v (kind %v), want Retryable", err, pe.Kind)
+			}
+			if tc.wantCause != nil && !errors.Is(err, tc.wantCause) {
+				t.Errorf("error %v no longer unwraps to %v", err, tc.wantCause)
+			}
+			text := err.Error()
+			for _, leak := range []string{pathToken, queryKey, "/hooks", "api_key", "frag"} {
+				if strings.Contains(text, leak) {
+					t.Errorf("error text %q quotes %q of the URL", text, leak)
+				}
+			}
+			if !strings.Contains(text, tc.base) {
+				t.Errorf("error text %q does not name %s", text, tc.base)
+			}
+		})
+	}
+}
+
+// TestWebhookMasksEncodedSecrets: a provider that echoes the credential
+// JSON-escaped (as PHP writes it, "\/" for '/'), URL-encoded or base64'd
+// gets it masked like a raw echo.
+func TestWebhookMasksEncodedSecrets(t *testing.T) {
+	t.Parallel()
+	cred := encodedCred()
+	forms := echoForms(cred.Values()...)
+	srv, _ := testServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"error":"bad credentials","got":"`+strings.Join(forms, " ")+`"}`)
+	})
+	w := newTestWebhook(t, WebhookConfig{AllowPrivateNetworks: true})
+
+	_, err := w.PushPurchaseOrder(context.Background(), conn(srv.URL), cred, testCommand())
+	text := asError(t, err).Error()
+	for _, f := range forms {
+		if strings.Contains(text, f) {
+			t.Errorf("error text %q holds the secret form %q", text, f)
+		}
+	}
+	if n := strings.Count(text, "[redacted]"); n != len(forms) {
+		t.Errorf("error text %q masks %d forms, want %d", text, n, len(forms))
 	}
 }
 

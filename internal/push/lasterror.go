@@ -3,23 +3,25 @@ package push
 import (
 	"strings"
 	"unicode/utf8"
+
+	"integration-outbox/internal/credential"
 )
 
 // MaxLastError is the longest last_error stored, in characters.
 const MaxLastError = 1000
 
 // cleanError makes an error text safe to store in last_error: every secret
-// value masked, valid UTF-8 without NUL bytes (PostgreSQL text refuses them),
+// value masked in every encoding credential.Mask knows, valid UTF-8 without NUL bytes (PostgreSQL text refuses them),
 // at most MaxLastError characters.
 func cleanError(text string, secrets []string) string {
 	// Clean the text before masking: dropping a NUL byte could otherwise
 	// join the two halves of a secret after masking looked for it.
 	text = storable(text)
+	forms := make([]string, 0, 2*len(secrets))
 	for _, s := range secrets {
-		if s = storable(s); s != "" {
-			text = strings.ReplaceAll(text, s, "[redacted]")
-		}
+		forms = append(forms, s, storable(s))
 	}
+	text = credential.Mask(text, forms...)
 	if utf8.RuneCountInString(text) <= MaxLastError {
 		return text
 	}

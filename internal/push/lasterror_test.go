@@ -38,3 +38,20 @@ func FuzzCleanError(f *testing.F) {
 		}
 	})
 }
+
+// TestCleanErrorMasksEncodedSecrets: a secret echoed JSON-escaped (as PHP
+// writes it, "\/" for '/'), URL-encoded or base64'd is masked like a raw one.
+func TestCleanErrorMasksEncodedSecrets(t *testing.T) {
+	const secret = "tok/SECRET+abc=="
+	for _, echo := range []string{
+		`{"error":"bad token tok\/SECRET+abc=="}`,
+		"GET /check?token=tok%2FSECRET%2Babc%3D%3D failed",
+		"path /tokens/tok%2FSECRET+abc== unknown",
+		"Basic dG9rL1NFQ1JFVCthYmM9PQ== refused",
+	} {
+		got := cleanError(echo, []string{secret})
+		if !strings.Contains(got, "[redacted]") || strings.Contains(got, "SECRET") || strings.Contains(got, "dG9rL1NFQ1JFVCthYmM9PQ") {
+			t.Errorf("cleanError(%q) = %q", echo, got)
+		}
+	}
+}

@@ -279,6 +279,9 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, lat
 			"integration connection %s not found for the organization", job.ConnectionID)), nil
 	}
 	p, err := w.cfg.Providers.Get(conn.Provider)
+	if errors.Is(err, provider.ErrProviderOff) {
+		return unsupported(err.Error()), nil
+	}
 	if err != nil {
 		return unsupported(fmt.Sprintf("provider %q is not supported", conn.Provider)), nil
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -115,6 +116,7 @@ type options struct {
 	maxAttempts int
 	timeout     time.Duration
 	metrics     io.Writer
+	logs        io.Writer // the worker's JSON logs; discarded when nil
 }
 
 func setup(t *testing.T, opts ...func(*options)) bundle {
@@ -130,7 +132,12 @@ func setup(t *testing.T, opts ...func(*options)) bundle {
 		t.Fatal(err)
 	}
 	store := outbox.NewStore(f.Pool)
+	logger := slog.New(slog.DiscardHandler)
+	if o.logs != nil {
+		logger = slog.New(slog.NewJSONHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	w, err := push.New(store, resolver, push.Config{
+		Logger: logger,
 		Providers: provider.NewRegistry(
 			provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: true, Timeout: o.timeout}),
 			provider.NewSandbox(provider.SandboxConfig{})),
