@@ -235,3 +235,26 @@ func TestWebhookRefusesAnUndecodableWhsecSecretBeforeSending(t *testing.T) {
 		t.Errorf("server hits = %d, want 0", hits)
 	}
 }
+
+func TestWebhookMasksEveryRotationSecretInErrorTexts(t *testing.T) {
+	t.Parallel()
+	encoded := strings.TrimPrefix(whsecNew, "whsec_")
+	srv, _ := testServer(t, false, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write([]byte("bad keys: " + encoded + " / " + plainMid + " / " + whsecNew))
+	})
+	w := newTestWebhook(t, WebhookConfig{AllowPrivateNetworks: true})
+	cred := credential.Credential{SigningSecrets: []credential.Secret{credential.NewSecret(whsecNew), credential.NewSecret(plainMid)}}
+	_, err := w.PushPurchaseOrder(context.Background(), conn(srv.URL), cred, testCommand())
+	if err == nil {
+		t.Fatal("PushPurchaseOrder succeeded on a 400")
+	}
+	for _, secret := range []string{encoded, plainMid, "SECRET"} {
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("error %q holds a signing secret", err)
+		}
+	}
+	if !strings.Contains(err.Error(), "bad keys: [redacted] / [redacted] / ") {
+		t.Errorf("error %q does not show the masked quote", err)
+	}
+}
