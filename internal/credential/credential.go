@@ -4,10 +4,13 @@
 package credential
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 )
 
 // Secret is a secret string. It never prints: fmt, slog and JSON see
@@ -29,27 +32,84 @@ func (s Secret) LogValue() slog.Value         { return slog.StringValue("[redact
 func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"[redacted]"`), nil }
 func (s Secret) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
 
-// Credential is the parsed secret JSON {"token"?, "signingSecret"?}.
+// Credential is the parsed secret JSON
+// {"token"?, "signingSecret"?, "signingSecrets"?: [newest, …]}.
 type Credential struct {
-	Token         Secret
+	Token Secret
+	// SigningSecret is "signingSecret"; zero when absent or empty.
 	SigningSecret Secret
+	// SigningSecrets is "signingSecrets", newest first: during a rotation
+	// every call is signed with each of them.
+	SigningSecrets []Secret
 }
 
-// Values returns the non-empty secret values, for masking them out of texts.
-func (c Credential) Values() []string {
-	var out []string
-	for _, s := range []Secret{c.Token, c.SigningSecret} {
-		if !s.IsZero() {
-			out = append(out, s.value)
+// SigningKeys returns every secret a call is signed with, newest first and
+// without duplicates: the "signingSecrets" list in its order, then
+// "signingSecret" unless the list already holds it.
+func (c Credential) SigningKeys() []Secret {
+	var out []Secret
+	for _, s := range append(slices.Clip(c.SigningSecrets), c.SigningSecret) {
+		if !s.IsZero() && !slices.Contains(out, s) {
+			out = append(out, s)
 		}
 	}
 	return out
 }
 
+// Values returns the non-empty secret values, for masking them out of texts:
+// the token, every signing secret and, for a "whsec_" secret, its base64
+// text and the key it decodes to.
+func (c Credential) Values() []string {
+	var out []string
+	add := func(v string) {
+		if v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	add(c.Token.value)
+	for _, s := range c.SigningKeys() {
+		add(s.value)
+		if encoded, ok := strings.CutPrefix(s.value, StandardWebhooksPrefix); ok {
+			add(encoded)
+			if key, err := s.StandardWebhooksKey(); err == nil {
+				add(string(key))
+			}
+		}
+	}
+	return out
+}
+
+// StandardWebhooksPrefix marks a signing secret in the Standard Webhooks
+// form "whsec_<base64 key>".
+const StandardWebhooksPrefix = "whsec_"
+
+// StandardWebhooksKey returns the HMAC key of the Standard Webhooks
+// "webhook-signature" header for s: the base64-decoded (standard alphabet,
+// padded) text after "whsec_" when s starts with it, else s's UTF-8 bytes.
+// Its errors never quote the secret.
+func (s Secret) StandardWebhooksKey() ([]byte, error) {
+	encoded, ok := strings.CutPrefix(s.value, StandardWebhooksPrefix)
+	if !ok {
+		return []byte(s.value), nil
+	}
+	key, err := base64.StdEncoding.DecodeString(encoded)
+	switch {
+	case err != nil:
+		return nil, errors.New(`the text after "whsec_" is not valid base64`)
+	case len(key) == 0:
+		return nil, errors.New(`the key after "whsec_" is empty`)
+	}
+	return key, nil
+}
+
 // parseCredential decodes a SecretString holding the JSON object
-// {"token"?: string, "signingSecret"?: string}. Keys are case-sensitive,
-// unknown keys are ignored and null counts as absent. Its errors never quote
-// the secret text: they name at most one of the two known keys.
+// {"token"?: string, "signingSecret"?: string, "signingSecrets"?: [string, …]}.
+// Keys are case-sensitive, unknown keys are ignored and null counts as
+// absent; an empty "token" or "signingSecret" counts as absent too. A
+// "signingSecrets" list must hold at least one secret, each a non-empty
+// string, and every signing secret that starts with "whsec_" must carry a
+// non-empty base64 key. Its errors never quote the secret text: they name at
+// most a known key and an index.
 func parseCredential(secretString string) (Credential, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(secretString), &fields); err != nil || fields == nil {
@@ -71,6 +131,33 @@ func parseCredential(secretString string) (Credential, error) {
 		}
 		if v != nil {
 			*f.dst = NewSecret(*v)
+		}
+	}
+	if _, err := c.SigningSecret.StandardWebhooksKey(); err != nil {
+		return Credential{}, fmt.Errorf("secret value field %q: %w", "signingSecret", err)
+	}
+
+	if raw, ok := fields["signingSecrets"]; ok {
+		var list []json.RawMessage
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return Credential{}, errors.New(`secret value field "signingSecrets" is not a list`)
+		}
+		if list != nil && len(list) == 0 {
+			return Credential{}, errors.New(`secret value field "signingSecrets" is an empty list`)
+		}
+		for i, item := range list {
+			var v *string
+			if err := json.Unmarshal(item, &v); err != nil || v == nil {
+				return Credential{}, fmt.Errorf(`secret value field "signingSecrets[%d]" is not a string`, i)
+			}
+			s := NewSecret(*v)
+			if s.IsZero() {
+				return Credential{}, fmt.Errorf(`secret value field "signingSecrets[%d]" is empty`, i)
+			}
+			if _, err := s.StandardWebhooksKey(); err != nil {
+				return Credential{}, fmt.Errorf(`secret value field "signingSecrets[%d]": %w`, i, err)
+			}
+			c.SigningSecrets = append(c.SigningSecrets, s)
 		}
 	}
 	return c, nil

@@ -337,6 +337,10 @@ func TestResolveRejectsBadSecretValues(t *testing.T) {
 		{"-text", "hunter2-plain-TOPSECRET", "not a JSON object"},
 		{"-array", `["hunter2-TOPSECRET"]`, "not a JSON object"},
 		{"-number", `{"token":123456789,"signingSecret":"TOPSECRET"}`, `"token" is not a string`},
+		{"-empty-rotation", `{"signingSecret":"TOPSECRET","signingSecrets":[]}`, `"signingSecrets" is an empty list`},
+		{"-rotation-entry", `{"signingSecrets":["TOPSECRET",""]}`, `"signingSecrets[1]" is empty`},
+		{"-rotation-number", `{"signingSecrets":["TOPSECRET",123456789]}`, `"signingSecrets[1]" is not a string`},
+		{"-bad-whsec", `{"signingSecrets":["whsec_TOPSECRET!"]}`, `"signingSecrets[0]": the text after "whsec_" is not valid base64`},
 	} {
 		name, _ := b.createSecret(t, tt.suffix, tt.value, "org-a")
 		_, err := b.resolver.Resolve(context.Background(), "org-a", name)

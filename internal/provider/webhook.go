@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -138,8 +139,8 @@ func (w *Webhook) PushPurchaseOrder(ctx context.Context, conn Connection, cred c
 	if !cred.Token.IsZero() {
 		req.Header.Set("Authorization", "Bearer "+cred.Token.Reveal())
 	}
-	if !cred.SigningSecret.IsZero() {
-		req.Header.Set("X-Outbox-Signature", Sign(cred.SigningSecret.Reveal(), w.cfg.Clock(), body))
+	if err := signRequest(req.Header, cred, cmd.IdempotencyKey, w.cfg.Clock(), body); err != nil {
+		return Result{}, err
 	}
 
 	resp, err := w.client.Do(req)
@@ -167,15 +168,73 @@ func (w *Webhook) PushPurchaseOrder(ctx context.Context, conn Connection, cred c
 	return interpretResponse(resp.StatusCode, resp.Header, respBody, req.URL, w.cfg.Clock(), cred)
 }
 
-// Sign returns the X-Outbox-Signature value for body sent at t:
-// "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>". Receivers
-// recompute it to authenticate a call.
+// signRequest sets the signature headers of a call sent at t when cred has
+// signing secrets: X-Outbox-Signature and the Standard Webhooks trio
+// webhook-id (the idempotency key), webhook-timestamp and webhook-signature,
+// each with one signature per secret, newest first. Without a signing
+// secret only webhook-id and webhook-timestamp are set.
+func signRequest(h http.Header, cred credential.Credential, id string, t time.Time, body []byte) error {
+	h.Set("webhook-id", id)
+	h.Set("webhook-timestamp", strconv.FormatInt(t.Unix(), 10))
+	secrets := cred.SigningKeys()
+	if len(secrets) == 0 {
+		return nil
+	}
+	plain := make([]string, 0, len(secrets))
+	keys := make([][]byte, 0, len(secrets))
+	for _, s := range secrets {
+		key, err := s.StandardWebhooksKey()
+		if err != nil {
+			// The resolver refuses such a secret; only a credential built
+			// in code can get here.
+			return &Error{Kind: ConfigInvalid, Message: "credential signing secret: " + err.Error()}
+		}
+		plain = append(plain, s.Reveal())
+		keys = append(keys, key)
+	}
+	h.Set("X-Outbox-Signature", OutboxSignature(plain, t, body))
+	h.Set("webhook-signature", StandardWebhooksSignature(keys, id, t, body))
+	return nil
+}
+
+// Sign returns the X-Outbox-Signature value for body sent at t with one
+// secret: "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>".
+// Receivers recompute it to authenticate a call.
 func Sign(secret string, t time.Time, body []byte) string {
+	return OutboxSignature([]string{secret}, t, body)
+}
+
+// OutboxSignature returns the X-Outbox-Signature value for body sent at t:
+// "t=<unix seconds>,v1=<hex>[,v1=<hex>…]", one v1 per secret in the given
+// order, each the HMAC-SHA256 keyed with the secret's UTF-8 bytes of
+// "<t>." + body (Stripe's scheme, which allows several v1).
+func OutboxSignature(secrets []string, t time.Time, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(ts + "."))
-	mac.Write(body)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
+	var b strings.Builder
+	b.WriteString("t=" + ts)
+	for _, secret := range secrets {
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write([]byte(ts + "."))
+		mac.Write(body)
+		b.WriteString(",v1=" + hex.EncodeToString(mac.Sum(nil)))
+	}
+	return b.String()
+}
+
+// StandardWebhooksSignature returns the Standard Webhooks webhook-signature
+// value for body with message id id sent at t: "v1,<base64>[ v1,<base64>…]",
+// one per key in the given order, each the HMAC-SHA256 keyed with key of
+// "<id>.<unix seconds>.<body>".
+func StandardWebhooksSignature(keys [][]byte, id string, t time.Time, body []byte) string {
+	prefix := id + "." + strconv.FormatInt(t.Unix(), 10) + "."
+	sigs := make([]string, 0, len(keys))
+	for _, key := range keys {
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(prefix))
+		mac.Write(body)
+		sigs = append(sigs, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	}
+	return strings.Join(sigs, " ")
 }
 
 // parseWebhookConfig reads {"url": "..."} from config_json. Keys are
