@@ -75,11 +75,37 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"CREDENTIAL_CACHE_TTL", map[string]string{"DATABASE_URL": "x", "CREDENTIAL_CACHE_TTL": "5 minutes"}, 0},
 		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS", map[string]string{"DATABASE_URL": "x", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "yes please"}, 0},
 		{"LOG_LEVEL", map[string]string{"DATABASE_URL": "x", "LOG_LEVEL": "loud"}, 0},
+		{"AWS_LAMBDA_LOG_LEVEL", map[string]string{"DATABASE_URL": "x", "AWS_LAMBDA_LOG_LEVEL": "verbose"}, 0},
 		{"PUSH_CONCURRENCY", map[string]string{"DATABASE_URL": "x", "PUSH_CONCURRENCY": "many"}, 0},
 	} {
 		_, err := Load(env(tc.env), tc.need)
 		if err == nil || !strings.Contains(err.Error(), tc.name) {
 			t.Errorf("env %v: error %v does not name %s", tc.env, err, tc.name)
+		}
+	}
+}
+
+// Lambda sets AWS_LAMBDA_LOG_LEVEL from LoggingConfig.ApplicationLogLevel
+// (upper case, TRACE to FATAL); it wins over LOG_LEVEL, which remains the
+// setting outside Lambda's log controls (sam local, operator tools).
+func TestLambdaLogLevelWinsOverLogLevel(t *testing.T) {
+	for _, tc := range []struct {
+		lambda, logLevel string
+		want             slog.Level
+	}{
+		{"", "", slog.LevelInfo},
+		{"", "debug", slog.LevelDebug},
+		{"WARN", "debug", slog.LevelWarn},
+		{"DEBUG", "error", slog.LevelDebug},
+		{"TRACE", "", slog.LevelDebug - 4},
+		{"INFO", "", slog.LevelInfo},
+		{"ERROR", "", slog.LevelError},
+		{"FATAL", "", slog.LevelError + 4},
+		{"warn", "", slog.LevelWarn},
+	} {
+		c, err := Load(env(map[string]string{"DATABASE_URL": "x", "AWS_LAMBDA_LOG_LEVEL": tc.lambda, "LOG_LEVEL": tc.logLevel}), 0)
+		if err != nil || c.LogLevel != tc.want {
+			t.Errorf("AWS_LAMBDA_LOG_LEVEL=%q LOG_LEVEL=%q: got %v, %v; want %v", tc.lambda, tc.logLevel, c.LogLevel, err, tc.want)
 		}
 	}
 }
