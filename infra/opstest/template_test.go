@@ -105,6 +105,9 @@ func props(r map[string]any) map[string]any {
 
 // get walks a path of map keys and slice indexes ("a", "b", 0).
 func get(v any, path ...any) any {
+	if tp, ok := v.(tmpl); ok {
+		v = map[string]any(tp)
+	}
 	for _, p := range path {
 		switch k := p.(type) {
 		case string:
