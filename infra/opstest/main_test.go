@@ -104,7 +104,12 @@ func (p *pipeline) command(t *testing.T, conn string) string {
 // event source would, in batches of 10.
 func (p *pipeline) tick(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
+	p.tickIn(t, context.Background())
+}
+
+// tickIn is tick with the push invocations' context (a Lambda request).
+func (p *pipeline) tickIn(t *testing.T, ctx context.Context) {
+	t.Helper()
 	d, err := p.app.Dispatcher(nil)
 	if err != nil {
 		t.Fatal(err)
