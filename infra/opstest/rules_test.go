@@ -177,8 +177,8 @@ func TestAlarmsAreWellFormedAndActionable(t *testing.T) {
 	tp := loadTemplate(t)
 	alarms := tp.ofType("AWS::CloudWatch::Alarm")
 	for id, a := range alarms {
-		if d, _ := a["AlarmDescription"].(string); len(d) < 80 {
-			t.Errorf("%s: AlarmDescription %q does not say what to do", id, d)
+		if d, _ := a["AlarmDescription"].(string); len(d) < 80 || len(d) > 1024 {
+			t.Errorf("%s: AlarmDescription of %d characters: want what to do, within CloudWatch's 1024", id, len(d))
 		}
 		if a["TreatMissingData"] != "notBreaching" || a["AlarmActions"] == nil || a["OKActions"] == nil {
 			t.Errorf("%s: want TreatMissingData notBreaching, AlarmActions and OKActions", id)
