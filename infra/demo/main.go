@@ -29,6 +29,7 @@ import (
 
 	"integration-outbox/internal/app"
 	"integration-outbox/internal/migrate"
+	"integration-outbox/internal/opsaws"
 	"integration-outbox/internal/testenv"
 )
 
@@ -95,7 +96,7 @@ func run() error {
 		"DATABASE_URL": dbURL, "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "SANDBOX_PROVIDER_ENABLED": "true", "LOG_LEVEL": "info",
 		"CLAIM_BATCH_SIZE": "10", "PROVIDER_TIMEOUT": "5s",
 	}
-	pre, err := app.New(ctx, lookup(env), io.Discard, 0)
+	pre, err := app.NewWithAWS(ctx, lookup(env), io.Discard, 0, opsaws.Load)
 	if err != nil {
 		return err
 	}
@@ -105,7 +106,7 @@ func run() error {
 	}
 	pre.Close()
 	env["PUSH_PURCHASE_ORDER_QUEUE_URL"] = queueURL
-	a, err := app.New(ctx, lookup(env), logFile, 0)
+	a, err := app.NewWithAWS(ctx, lookup(env), logFile, 0, opsaws.Load)
 	if err != nil {
 		return err
 	}

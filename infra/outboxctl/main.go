@@ -23,6 +23,7 @@ import (
 
 	"integration-outbox/internal/app"
 	"integration-outbox/internal/config"
+	"integration-outbox/internal/opsaws"
 )
 
 const usage = `usage:
@@ -114,5 +115,5 @@ func withDefaults(getenv func(string) string) func(string) string {
 
 // open builds the application (pool, configuration, logs on stderr).
 func (c *cli) open(ctx context.Context) (*app.App, error) {
-	return app.New(ctx, c.getenv, c.stderr, config.Need(0))
+	return app.NewWithAWS(ctx, c.getenv, c.stderr, config.Need(0), opsaws.Load)
 }

@@ -37,16 +37,33 @@ type App struct {
 	Out io.Writer
 }
 
+// AWSLoader builds the AWS SDK configuration; requireRegion makes a missing
+// region an error.
+type AWSLoader func(ctx context.Context, getenv func(string) string, requireRegion bool) (aws.Config, error)
+
 // New reads the configuration through getenv and connects: the database pool
 // (sized for one invocation) and the AWS SDK config from the environment
-// (AWS_ENDPOINT_URL and AWS_REGION point it at a local emulator).
+// (AWS_ENDPOINT_URL and AWS_REGION point it at a local emulator). The Lambda
+// functions use it.
 func New(ctx context.Context, getenv func(string) string, logOut io.Writer, need config.Need) (*App, error) {
+	return NewWithAWS(ctx, getenv, logOut, need, EnvironmentAWS)
+}
+
+// EnvironmentAWS is the Lambda functions' AWSLoader: the environment only.
+func EnvironmentAWS(_ context.Context, getenv func(string) string, requireRegion bool) (aws.Config, error) {
+	return awsConfig(getenv, requireRegion)
+}
+
+// NewWithAWS is New with another AWS configuration loader: the operator
+// tools pass the SDK's default chain (internal/opsaws), so that named
+// profiles and SSO work on a workstation.
+func NewWithAWS(ctx context.Context, getenv func(string) string, logOut io.Writer, need config.Need, loadAWS AWSLoader) (*App, error) {
 	cfg, err := config.Load(getenv, need)
 	if err != nil {
 		return nil, err
 	}
 	log := logging.New(logOut, cfg.LogLevel)
-	awsCfg, err := awsConfig(getenv, need&config.NeedQueue != 0 || cfg.DatabaseSecretARN != "")
+	awsCfg, err := loadAWS(ctx, getenv, need&config.NeedQueue != 0 || cfg.DatabaseSecretARN != "")
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ type Config struct {
 	// SANDBOX_PROVIDER_ENABLED: the sandbox provider runs (demo, tests,
 	// benchmarks); off, a sandbox connection's rows end unsupported.
 	SandboxProviderEnabled bool
-	LogLevel               slog.Level // LOG_LEVEL
+	LogLevel               slog.Level // AWS_LAMBDA_LOG_LEVEL, else LOG_LEVEL
 	AWSRegion              string     // AWS_REGION
 }
 
@@ -63,7 +63,7 @@ func Load(getenv func(string) string, need Need) (Config, error) {
 		CredentialAllowUntagged:   r.boolean("CREDENTIAL_ALLOW_UNTAGGED_SECRETS", false),
 		AllowPrivateNetworks:      r.boolean("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
 		SandboxProviderEnabled:    r.boolean("SANDBOX_PROVIDER_ENABLED", false),
-		LogLevel:                  r.level("LOG_LEVEL", slog.LevelInfo),
+		LogLevel:                  r.logLevel(),
 		AWSRegion:                 r.str("AWS_REGION", ""),
 	}
 	if c.DatabaseURL == "" && c.DatabaseSecretARN == "" {
@@ -138,6 +138,31 @@ func (r *reader) boolean(name string, def bool) bool {
 		return def
 	}
 	return b
+}
+
+// lambdaLevels maps Lambda's ApplicationLogLevel values to slog levels;
+// slog has no TRACE or FATAL, so they sit just beyond DEBUG and ERROR.
+var lambdaLevels = map[string]slog.Level{
+	"TRACE": slog.LevelDebug - 4, "DEBUG": slog.LevelDebug, "INFO": slog.LevelInfo,
+	"WARN": slog.LevelWarn, "ERROR": slog.LevelError, "FATAL": slog.LevelError + 4,
+}
+
+// logLevel reads AWS_LAMBDA_LOG_LEVEL, which Lambda sets from the function's
+// LoggingConfig.ApplicationLogLevel, and falls back to LOG_LEVEL. Lambda's
+// setting wins: Lambda drops lines below it anyway, so a lower LOG_LEVEL
+// would only format lines nobody receives, and a higher one would hide
+// lines the operator asked for in the console.
+func (r *reader) logLevel() slog.Level {
+	v := strings.TrimSpace(r.getenv("AWS_LAMBDA_LOG_LEVEL"))
+	if v == "" {
+		return r.level("LOG_LEVEL", slog.LevelInfo)
+	}
+	l, ok := lambdaLevels[strings.ToUpper(v)]
+	if !ok {
+		r.fail("AWS_LAMBDA_LOG_LEVEL", fmt.Sprintf("must be TRACE, DEBUG, INFO, WARN, ERROR or FATAL, got %q", v))
+		return slog.LevelInfo
+	}
+	return l
 }
 
 func (r *reader) level(name string, def slog.Level) slog.Level {

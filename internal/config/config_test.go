@@ -79,11 +79,37 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"SANDBOX_PROVIDER_ENABLED", map[string]string{"DATABASE_URL": "x", "SANDBOX_PROVIDER_ENABLED": "on"}, 0},
 		{"CREDENTIAL_ALLOW_UNTAGGED_SECRETS", map[string]string{"DATABASE_URL": "x", "CREDENTIAL_ALLOW_UNTAGGED_SECRETS": "sure"}, 0},
 		{"LOG_LEVEL", map[string]string{"DATABASE_URL": "x", "LOG_LEVEL": "loud"}, 0},
+		{"AWS_LAMBDA_LOG_LEVEL", map[string]string{"DATABASE_URL": "x", "AWS_LAMBDA_LOG_LEVEL": "verbose"}, 0},
 		{"PUSH_CONCURRENCY", map[string]string{"DATABASE_URL": "x", "PUSH_CONCURRENCY": "many"}, 0},
 	} {
 		_, err := Load(env(tc.env), tc.need)
 		if err == nil || !strings.Contains(err.Error(), tc.name) {
 			t.Errorf("env %v: error %v does not name %s", tc.env, err, tc.name)
+		}
+	}
+}
+
+// Lambda sets AWS_LAMBDA_LOG_LEVEL from LoggingConfig.ApplicationLogLevel
+// (upper case, TRACE to FATAL); it wins over LOG_LEVEL, which remains the
+// setting outside Lambda's log controls (sam local, operator tools).
+func TestLambdaLogLevelWinsOverLogLevel(t *testing.T) {
+	for _, tc := range []struct {
+		lambda, logLevel string
+		want             slog.Level
+	}{
+		{"", "", slog.LevelInfo},
+		{"", "debug", slog.LevelDebug},
+		{"WARN", "debug", slog.LevelWarn},
+		{"DEBUG", "error", slog.LevelDebug},
+		{"TRACE", "", slog.LevelDebug - 4},
+		{"INFO", "", slog.LevelInfo},
+		{"ERROR", "", slog.LevelError},
+		{"FATAL", "", slog.LevelError + 4},
+		{"warn", "", slog.LevelWarn},
+	} {
+		c, err := Load(env(map[string]string{"DATABASE_URL": "x", "AWS_LAMBDA_LOG_LEVEL": tc.lambda, "LOG_LEVEL": tc.logLevel}), 0)
+		if err != nil || c.LogLevel != tc.want {
+			t.Errorf("AWS_LAMBDA_LOG_LEVEL=%q LOG_LEVEL=%q: got %v, %v; want %v", tc.lambda, tc.logLevel, c.LogLevel, err, tc.want)
 		}
 	}
 }

@@ -246,7 +246,7 @@ func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job) job
 	if o.Status == outbox.StatusFailed || o.Status == outbox.StatusDeadLetter {
 		level = slog.LevelWarn
 	}
-	log.logAttrs(ctx, level, "job finished", slog.String("status", o.Status), slog.String("providerStatus", o.ProviderStatus),
+	log.logAttrs(ctx, level, "job finished", slog.String("provider", res.provider), slog.String("status", o.Status), slog.String("providerStatus", o.ProviderStatus),
 		slog.String("providerReference", o.ProviderReference), slog.String("conflictType", o.ConflictType),
 		slog.String("error", o.LastError), slog.Float64("retryInSeconds", o.RetryIn.Seconds()),
 		slog.Int64("durationMs", time.Since(began).Milliseconds()))

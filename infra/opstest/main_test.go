@@ -1,0 +1,207 @@
+package opstest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"integration-outbox/internal/app"
+	"integration-outbox/internal/dispatch"
+	"integration-outbox/internal/testenv"
+)
+
+var (
+	pg   *testenv.Postgres
+	moto *testenv.Moto
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if pg, err = testenv.StartPostgres(); err != nil {
+		panic(err)
+	}
+	if moto, err = testenv.StartMoto(); err != nil {
+		pg.Stop()
+		panic(err)
+	}
+	code := m.Run()
+	moto.Stop()
+	pg.Stop()
+	os.Exit(code)
+}
+
+var seq atomic.Int64
+
+// pipeline is the functions' real composition (internal/app) on a fresh
+// database and a moto queue, writing logs and EMF lines to out.
+type pipeline struct {
+	f     *testenv.Fixture
+	app   *app.App
+	out   *testenv.Buffer
+	queue string
+	org   string
+	sqs   *sqs.Client
+}
+
+func newPipeline(t *testing.T) *pipeline {
+	t.Helper()
+	ctx := context.Background()
+	f := pg.NewDB(t)
+	sq := sqs.NewFromConfig(moto.AWSConfig())
+	q, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("opstest-%d-%d", os.Getpid(), seq.Add(1)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": *q.QueueUrl, "AWS_REGION": "us-east-1",
+		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_ENDPOINT_URL": moto.URL,
+		"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "PROVIDER_TIMEOUT": "5s", "AWS_LAMBDA_LOG_LEVEL": "INFO",
+	}
+	out := &testenv.Buffer{}
+	a, err := app.New(ctx, func(k string) string { return env[k] }, out, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	return &pipeline{f: f, app: a, out: out, queue: *q.QueueUrl, org: f.NewID(t), sqs: sq}
+}
+
+// webhook inserts a webhook connection to url with a tagged credential.
+func (p *pipeline) webhook(t *testing.T, url string) string {
+	t.Helper()
+	name := fmt.Sprintf("integrations/opstest-%d-%d", os.Getpid(), seq.Add(1))
+	_, err := secretsmanager.NewFromConfig(moto.AWSConfig()).CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
+		Name: aws.String(name), SecretString: aws.String(`{"token":"tok"}`),
+		Tags: []smtypes.Tag{{Key: aws.String("organization_id"), Value: aws.String(p.org)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.f.Connection(t, testenv.ConnectionOpts{OrganizationID: p.org, Provider: "webhook",
+		CredentialReference: name, Config: map[string]string{"url": url}})
+}
+
+// command inserts a purchase order and its push command on conn.
+func (p *pipeline) command(t *testing.T, conn string) string {
+	t.Helper()
+	po := p.f.PurchaseOrder(t, p.org, "", 1)
+	return p.f.Command(t, testenv.CommandOpts{OrganizationID: p.org, ConnectionID: conn, Provider: "webhook",
+		EntityID: po, IdempotencyKey: "idem-" + po})
+}
+
+// tick runs dispatch once and pushes every message it sent, as the SQS
+// event source would, in batches of 10.
+func (p *pipeline) tick(t *testing.T) {
+	t.Helper()
+	p.tickIn(t, context.Background())
+}
+
+// tickIn is tick with the push invocations' context (a Lambda request).
+func (p *pipeline) tickIn(t *testing.T, ctx context.Context) {
+	t.Helper()
+	d, err := p.app.Dispatcher(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Run(ctx, dispatch.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := p.app.PushWorker(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		msgs, err := p.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &p.queue, MaxNumberOfMessages: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs.Messages) == 0 {
+			return
+		}
+		var ev events.SQSEvent
+		for _, m := range msgs.Messages {
+			ev.Records = append(ev.Records, events.SQSMessage{MessageId: *m.MessageId, Body: *m.Body})
+			if _, err := p.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &p.queue, ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := w.Handle(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// provider is a local webhook endpoint answering with status().
+func provider(t *testing.T, status func() int) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := status()
+		w.WriteHeader(s)
+		if s < 300 {
+			fmt.Fprintf(w, `{"id":"EXT-%d"}`, seq.Add(1))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// emfLine is one EMF document the functions wrote.
+type emfLine struct {
+	Namespace string
+	Dims      map[string]string // dimension name → value
+	Values    map[string][]float64
+}
+
+// emfLines reads the EMF documents among the log lines in out, from offset.
+func emfLines(t *testing.T, out []byte) []emfLine {
+	t.Helper()
+	var res []emfLine
+	for _, l := range bytes.Split(out, []byte("\n")) {
+		var doc map[string]json.RawMessage
+		if json.Unmarshal(l, &doc) != nil || doc["_aws"] == nil {
+			continue
+		}
+		var meta struct {
+			CloudWatchMetrics []struct {
+				Namespace  string
+				Dimensions [][]string
+				Metrics    []struct{ Name string }
+			}
+		}
+		if err := json.Unmarshal(doc["_aws"], &meta); err != nil {
+			t.Fatalf("EMF metadata: %v", err)
+		}
+		for _, d := range meta.CloudWatchMetrics {
+			for _, set := range d.Dimensions {
+				e := emfLine{Namespace: d.Namespace, Dims: map[string]string{}, Values: map[string][]float64{}}
+				for _, k := range set {
+					var v string
+					json.Unmarshal(doc[k], &v)
+					e.Dims[k] = v
+				}
+				for _, m := range d.Metrics {
+					var one float64
+					var many []float64
+					if json.Unmarshal(doc[m.Name], &one) == nil {
+						many = []float64{one}
+					} else {
+						json.Unmarshal(doc[m.Name], &many)
+					}
+					e.Values[m.Name] = many
+				}
+				res = append(res, e)
+			}
+		}
+	}
+	return res
+}
