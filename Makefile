@@ -102,7 +102,7 @@ build/%.zip: build/%/bootstrap
 
 # `sam build` (BuildMethod: makefile) runs build-<LogicalId> with ARTIFACTS_DIR.
 # The map from logical id to folder must match template.yaml's CodeUri.
-.PHONY: build-DispatchFunction build-PushPurchaseOrderFunction build-RerunFunction build-InspectFunction
+.PHONY: build-DispatchFunction build-PushPurchaseOrderFunction build-RerunFunction build-InspectFunction build-RetentionFunction
 build-DispatchFunction: build/dispatch/bootstrap
 	$(sam-artifact)
 build-PushPurchaseOrderFunction: build/push-purchase-order/bootstrap
@@ -110,6 +110,8 @@ build-PushPurchaseOrderFunction: build/push-purchase-order/bootstrap
 build-RerunFunction: build/rerun/bootstrap
 	$(sam-artifact)
 build-InspectFunction: build/inspect/bootstrap
+	$(sam-artifact)
+build-RetentionFunction: build/retention/bootstrap
 	$(sam-artifact)
 
 define sam-artifact
