@@ -63,8 +63,16 @@ func TestRIEInspectFunction(t *testing.T) {
 		if msg := inv.FunctionError(); msg != "" {
 			t.Fatalf("function error: %s", msg)
 		}
+		// Only the fields checked here are decoded; the answer has more.
 		var got inspectResult
-		decodeStrict(t, inv.Body, &got, "organizationId", "found")
+		if err := json.Unmarshal(inv.Body, &got); err != nil {
+			t.Fatalf("response %s: %v", inv.Body, err)
+		}
+		var keys map[string]json.RawMessage
+		json.Unmarshal(inv.Body, &keys)
+		if _, ok := keys["found"]; !ok || got.OrganizationID == "" {
+			t.Errorf("response %s lacks organizationId or found", inv.Body)
+		}
 		return got
 	}
 
