@@ -77,9 +77,7 @@ func TestUpOnEmptyDatabaseTwiceAndDown(t *testing.T) {
 	if _, err := conn.Exec(ctx, `insert into external_integration_outbox (organization_id, status) values (gen_random_uuid(), 'bogus')`); err == nil {
 		t.Error("status check constraint accepted 'bogus'")
 	}
-	if err := migrate.Down(ctx, url); err != nil {
-		t.Fatal(err)
-	}
+	downAll(t, url)
 	if cols := columns(t, conn, "public", "external_integration_outbox"); len(cols) != 0 {
 		t.Errorf("down left external_integration_outbox with %d columns", len(cols))
 	}
