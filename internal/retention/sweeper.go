@@ -71,7 +71,8 @@ type Result struct {
 	Enabled bool `json:"enabled"`
 	Deleted int  `json:"deleted"`
 	Batches int  `json:"batches"`
-	// More is set when the run stopped at MaxBatches with rows left.
+	// More is set when the run's last batch was full (it stopped at
+	// MaxBatches or before the invocation's deadline): the next run goes on.
 	More bool `json:"more"`
 }
 
@@ -99,17 +100,17 @@ func (s *Sweeper) Run(ctx context.Context) (Result, error) {
 		return res, nil
 	}
 	var err error
-	for res.Batches < s.cfg.MaxBatches && ctx.Err() == nil {
+	for res.Batches < s.cfg.MaxBatches && s.timeForABatch(ctx) {
 		var n int
 		if n, err = s.batch(ctx); err != nil {
 			break
 		}
 		res.Batches++
 		res.Deleted += n
-		if n < s.cfg.BatchSize {
+		// A full batch may have left rows behind; a short one did not.
+		if res.More = n == s.cfg.BatchSize; !res.More {
 			break
 		}
-		res.More = res.Batches == s.cfg.MaxBatches
 	}
 	if mErr := s.cfg.Metrics.Emit("", metrics.Value{Name: "RetentionDeleted", Unit: metrics.Count,
 		Values: []float64{float64(res.Deleted)}}); mErr != nil {
@@ -122,6 +123,17 @@ func (s *Sweeper) Run(ctx context.Context) (Result, error) {
 	log.InfoContext(ctx, "retention done", "deleted", res.Deleted, "batches", res.Batches, "more", res.More,
 		"retentionAge", s.cfg.Age.String())
 	return res, nil
+}
+
+// timeForABatch tells whether a whole batch (up to StatementTimeout) still
+// fits before the invocation's deadline: a run stops between batches rather
+// than being cut off inside one.
+func (s *Sweeper) timeForABatch(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) > s.cfg.StatementTimeout+time.Second
 }
 
 // batch deletes one batch in its own short transaction.

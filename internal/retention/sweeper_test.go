@@ -190,3 +190,21 @@ func TestBadAgeAndPayloadAreRefused(t *testing.T) {
 		t.Errorf("unknown key: %v, want an error naming it", err)
 	}
 }
+
+// A run whose invocation has too little time left for a batch stops
+// between batches instead of being cut off inside one.
+func TestRunStopsBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.row(t, "completed", 48*time.Hour)
+	s, err := retention.New(b.f.Pool, retention.Config{Age: 24 * time.Hour, StatementTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := s.Run(ctx)
+	if err != nil || res.Batches != 0 || res.Deleted != 0 || !b.exists(t, id) {
+		t.Errorf("with less time left than a batch may take: %+v, %v", res, err)
+	}
+}
