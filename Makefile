@@ -102,12 +102,16 @@ build/%.zip: build/%/bootstrap
 
 # `sam build` (BuildMethod: makefile) runs build-<LogicalId> with ARTIFACTS_DIR.
 # The map from logical id to folder must match template.yaml's CodeUri.
-.PHONY: build-DispatchFunction build-PushPurchaseOrderFunction build-RerunFunction
+.PHONY: build-DispatchFunction build-PushPurchaseOrderFunction build-RerunFunction build-InspectFunction build-RetentionFunction
 build-DispatchFunction: build/dispatch/bootstrap
 	$(sam-artifact)
 build-PushPurchaseOrderFunction: build/push-purchase-order/bootstrap
 	$(sam-artifact)
 build-RerunFunction: build/rerun/bootstrap
+	$(sam-artifact)
+build-InspectFunction: build/inspect/bootstrap
+	$(sam-artifact)
+build-RetentionFunction: build/retention/bootstrap
 	$(sam-artifact)
 
 define sam-artifact

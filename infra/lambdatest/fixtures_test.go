@@ -70,7 +70,7 @@ func newStack(t *testing.T, name string) *stack {
 // reset empties every table and the queue: each event starts from the same seed.
 func (s *stack) reset(t *testing.T) {
 	t.Helper()
-	s.exec(t, `truncate external_integration_outbox, external_integration_conflicts, external_integration_rerun_audit,
+	s.exec(t, `truncate external_integration_outbox, external_integration_conflicts, external_integration_rerun_audit, external_integration_attempts,
 		integration_connections, purchase_orders, purchase_order_lines`)
 	s.drain(t)
 }

@@ -266,3 +266,45 @@ func TestStuck(t *testing.T) {
 		t.Errorf("stuck for an empty organization:\n%s", r.stdout)
 	}
 }
+
+func TestShowListsTheAttempts(t *testing.T) {
+	t.Parallel()
+	x := setup(t)
+	other := x.f.NewID(t)
+	for _, a := range []struct {
+		org, outcome string
+		attempt      int
+		called       bool
+		status       any
+		excerpt      string
+	}{
+		{x.org, "failed", 9, true, 503, "webhook answered 503: busy"},
+		{x.org, "dead_letter", 10, true, 422, "webhook answered 422: unknown supplier"},
+		// Another organization's history of the same id is never shown.
+		{other, "completed", 1, true, 200, "not ours"},
+	} {
+		if _, err := x.f.Pool.Exec(context.Background(), `
+			insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, finished_at,
+				outcome, provider_called, http_status, error_excerpt)
+			values ($1, $2, $3, now() - interval '1 minute', now(), $4, $5, $6, $7)`,
+			x.dead, a.org, a.attempt, a.outcome, a.called, a.status, a.excerpt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := x.run(t, "", "show", x.dead, "-org", x.org)
+	if r.code != exitOK {
+		t.Fatalf("show: %+v", r)
+	}
+	for _, want := range []string{"attempts (2)", "503", "webhook answered 503: busy", "422", "webhook answered 422: unknown supplier"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("show lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "not ours") {
+		t.Errorf("show lists another organization's attempt:\n%s", r.stdout)
+	}
+	_, section, _ := strings.Cut(r.stdout, "attempts (2)")
+	if i, j := strings.Index(section, "503: busy"), strings.Index(section, "422: unknown supplier"); i < 0 || j < 0 || i > j {
+		t.Errorf("attempts are not oldest first:\n%s", r.stdout)
+	}
+}

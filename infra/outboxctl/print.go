@@ -52,6 +52,24 @@ func printDetail(w io.Writer, d report.Detail) {
 	}
 	tw.Flush()
 
+	fmt.Fprintf(w, "\nattempts (%d)\n", len(d.Attempts))
+	if len(d.Attempts) > 0 {
+		tw = table(w)
+		fmt.Fprintln(tw, "  #\tSTARTED\tFINISHED\tOUTCOME\tHTTP\tPROVIDER STATUS\tREFERENCE\tERROR")
+		for _, a := range d.Attempts {
+			code := "no call"
+			if a.ProviderCalled {
+				code = "-"
+			}
+			if a.HTTPStatus != nil {
+				code = fmt.Sprint(*a.HTTPStatus)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, stamp(a.StartedAt), stamp(a.FinishedAt),
+				a.Outcome, code, dash(a.ProviderStatus), dash(a.ProviderReference), dash(oneLine(a.ErrorExcerpt, 80)))
+		}
+		tw.Flush()
+	}
+
 	fmt.Fprintf(w, "\nconflicts (%d)\n", len(d.Conflicts))
 	if len(d.Conflicts) > 0 {
 		tw = table(w)

@@ -35,6 +35,9 @@ type Config struct {
 	SandboxProviderEnabled bool
 	LogLevel               slog.Level // AWS_LAMBDA_LOG_LEVEL, else LOG_LEVEL
 	AWSRegion              string     // AWS_REGION
+	// RetentionAge is RETENTION_AGE: completed and unsupported rows older
+	// than this are deleted by functions/retention; zero (unset) is off.
+	RetentionAge time.Duration
 }
 
 // Need names what a function requires beyond the defaults.
@@ -65,6 +68,10 @@ func Load(getenv func(string) string, need Need) (Config, error) {
 		SandboxProviderEnabled:    r.boolean("SANDBOX_PROVIDER_ENABLED", false),
 		LogLevel:                  r.logLevel(),
 		AWSRegion:                 r.str("AWS_REGION", ""),
+		RetentionAge:              r.duration("RETENTION_AGE", 0),
+	}
+	if c.RetentionAge != 0 && c.RetentionAge < time.Hour {
+		r.fail("RETENTION_AGE", fmt.Sprintf("must be empty (off) or at least 1h, got %q", r.str("RETENTION_AGE", "")))
 	}
 	if c.DatabaseURL == "" && c.DatabaseSecretARN == "" {
 		r.fail("DATABASE_URL", "is required (or DATABASE_SECRET_ARN)")

@@ -213,13 +213,17 @@ left join lateral (
 ) po on true`
 
 // recordSQL records the results of started jobs, fenced by their claim token,
-// and opens one conflict per row that reached dead_letter.
+// opens one conflict per row that reached dead_letter, and appends one
+// attempt-history row per recorded result (a stale token records neither):
+// the history costs no statement of its own.
 const recordSQL = `
 with res as (
     select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[], $5::text[], $6::text[],
-        $7::text[], $8::float8[], $9::text[], $10::text[], $11::text[]::uuid[], $12::text[]::uuid[])
+        $7::text[], $8::float8[], $9::text[], $10::text[], $11::text[]::uuid[], $12::text[]::uuid[],
+        $13::timestamptz[], $14::timestamptz[], $15::bool[], $16::int[])
         as r(id, organization_id, claim_token, status, provider_reference, provider_status,
-            last_error, retry_seconds, conflict_type, conflict_summary, location_id, connection_id)
+            last_error, retry_seconds, conflict_type, conflict_summary, location_id, connection_id,
+            started_at, finished_at, provider_called, http_status)
 ), updated as (
     update external_integration_outbox o
     set status = res.status,
@@ -238,7 +242,10 @@ with res as (
       and o.status = 'processing' and o.started_at is not null
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type,
         o.local_entity_type, o.local_entity_id, o.idempotency_key, o.status, o.last_error,
-        res.conflict_type, res.conflict_summary, res.location_id
+        o.attempt_count, o.started_at,
+        res.conflict_type, res.conflict_summary, res.location_id, res.provider_reference, res.provider_status,
+        res.last_error as attempt_error, res.started_at as call_started_at, res.finished_at,
+        res.provider_called, res.http_status
 ), conflicts as (
     insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
         conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
@@ -250,5 +257,12 @@ with res as (
     from updated u
     where u.status = 'dead_letter'
     on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
+), attempts as (
+    insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, finished_at,
+        outcome, provider_called, http_status, error_excerpt, provider_reference, provider_status)
+    select u.id, u.organization_id, u.attempt_count, coalesce(u.call_started_at, u.started_at),
+        coalesce(u.finished_at, now()), u.status, coalesce(u.provider_called, false), u.http_status,
+        left(u.attempt_error, 1000), u.provider_reference, u.provider_status
+    from updated u
 )
 select id::text from updated`

@@ -276,11 +276,20 @@ type Outcome struct {
 	// dead_letter row.
 	ConflictType    string
 	ConflictSummary string
+	// The attempt-history row of the result: when the attempt's provider
+	// call(s) started and finished (zero: the attempt ended before any call,
+	// and the row's started_at and the recording time stand in), whether the
+	// provider was called, and its last HTTP status (0: no HTTP response).
+	CallStartedAt  time.Time
+	CallFinishedAt time.Time
+	ProviderCalled bool
+	HTTPStatus     int
 }
 
 // Record stores outcomes in one statement, each fenced by its claim token,
-// and returns the ids it recorded (an outcome whose token is no longer
-// current is not recorded).
+// with one attempt-history row per recorded outcome, and returns the ids it
+// recorded (an outcome whose token is no longer current is not recorded,
+// nor its attempt).
 func (s *Store) Record(ctx context.Context, outcomes []Outcome) ([]string, error) {
 	if len(outcomes) == 0 {
 		return nil, nil
@@ -292,6 +301,9 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) ([]string, error
 		retry                       = make([]float64, n)
 		ctypes, summaries, locs     = make([]*string, n), make([]*string, n), make([]*string, n)
 		conns                       = make([]*string, n)
+		callStarts, callEnds        = make([]*time.Time, n), make([]*time.Time, n)
+		called                      = make([]bool, n)
+		httpStatuses                = make([]*int32, n)
 	)
 	for i, o := range outcomes {
 		ids[i], orgs[i], tokens[i], statuses[i] = o.OutboxID, o.OrganizationID, o.ClaimToken, o.Status
@@ -299,9 +311,15 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) ([]string, error
 		retry[i] = o.RetryIn.Seconds()
 		ctypes[i], summaries[i], locs[i] = nullable(o.ConflictType), nullable(o.ConflictSummary), nullable(o.LocationID)
 		conns[i] = nullable(o.ConnectionID)
+		callStarts[i], callEnds[i] = nullableTime(o.CallStartedAt), nullableTime(o.CallFinishedAt)
+		called[i] = o.ProviderCalled
+		if o.HTTPStatus != 0 {
+			code := int32(o.HTTPStatus)
+			httpStatuses[i] = &code
+		}
 	}
 	rows, err := s.db.Query(ctx, recordSQL, ids, orgs, tokens, statuses, refs, provStatuses, errs, retry,
-		ctypes, summaries, locs, conns)
+		ctypes, summaries, locs, conns, callStarts, callEnds, called, httpStatuses)
 	if err != nil {
 		return nil, fmt.Errorf("recording %d results: %w", n, err)
 	}
@@ -310,6 +328,13 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) ([]string, error
 		return nil, fmt.Errorf("recording %d results: %w", n, err)
 	}
 	return recorded, nil
+}
+
+func nullableTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 func nullable(s string) *string {

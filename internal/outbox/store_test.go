@@ -487,3 +487,38 @@ func TestStartExtendsTheLeaseOverTheWholePush(t *testing.T) {
 		t.Errorf("lease %v after a start with an earlier LeaseUntil, want it kept at %v", after, before)
 	}
 }
+
+// The record statement appends the attempt history of what it recorded, and
+// of nothing else: a stale token leaves no attempt row.
+func TestRecordAppendsOneAttemptPerRecordedResult(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	claims, _ := b.store.Claim(ctx, params(1))
+	c := claims[0]
+	if _, err := b.store.Start(ctx, []outbox.StartRequest{{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: c.ClaimToken}}); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now().Add(-2 * time.Second)
+	failed := outbox.Outcome{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: b.f.NewID(t),
+		Status: "failed", LastError: "webhook answered 503", RetryIn: time.Minute,
+		CallStartedAt: began, CallFinishedAt: began.Add(time.Second), ProviderCalled: true, HTTPStatus: 503}
+	if got, err := b.store.Record(ctx, []outbox.Outcome{failed}); err != nil || len(got) != 0 {
+		t.Fatalf("stale token recorded: %v %v", got, err)
+	}
+	if n := b.f.Count(t, `select count(*) from external_integration_attempts`); n != 0 {
+		t.Fatalf("a refused result left %d attempt rows", n)
+	}
+	failed.ClaimToken = c.ClaimToken
+	if got, err := b.store.Record(ctx, []outbox.Outcome{failed}); err != nil || len(got) != 1 {
+		t.Fatalf("record = %v, %v", got, err)
+	}
+	if n := b.f.Count(t, `select count(*) from external_integration_attempts
+		where outbox_id = $1 and organization_id = $2 and attempt = 1 and outcome = 'failed' and provider_called
+		  and http_status = 503 and error_excerpt = 'webhook answered 503'
+		  and abs(extract(epoch from started_at) - $3::float8) < 0.001
+		  and finished_at - started_at = interval '1 second'`, id, b.org, float64(began.UnixMicro())/1e6); n != 1 {
+		t.Errorf("%d matching attempt rows, want 1", n)
+	}
+}

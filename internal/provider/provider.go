@@ -50,6 +50,9 @@ const (
 type Result struct {
 	Status     string
 	ExternalID string // provider_reference; may be empty
+	// StatusCode is the HTTP status of the answer, 0 for a provider that
+	// does not answer over HTTP (the sandbox). Kept in the attempt history.
+	StatusCode int
 }
 
 // Provider is one external system.

@@ -305,10 +305,10 @@ func encodeWebhookBody(cmd PurchaseOrderPush) ([]byte, error) {
 func interpretResponse(status int, header http.Header, body []byte, requestURL *url.URL, now time.Time, cred credential.Credential) (Result, error) {
 	switch {
 	case status == http.StatusAccepted:
-		return Result{Status: StatusAccepted, ExternalID: redact(responseID(body), cred)}, nil
+		return Result{Status: StatusAccepted, ExternalID: redact(responseID(body), cred), StatusCode: status}, nil
 	case status >= 200 && status < 300, status == http.StatusConflict:
 		// 409: the provider already has this idempotency key — done.
-		return Result{Status: StatusCompleted, ExternalID: redact(responseID(body), cred)}, nil
+		return Result{Status: StatusCompleted, ExternalID: redact(responseID(body), cred), StatusCode: status}, nil
 	case status >= 300 && status < 400:
 		msg := fmt.Sprintf("webhook answered %d: redirect not followed", status)
 		if host := locationHost(header.Get("Location"), requestURL); host != "" {

@@ -238,8 +238,10 @@ func TestWebhookResponses(t *testing.T) {
 				if err != nil {
 					t.Fatalf("PushPurchaseOrder: %v", err)
 				}
-				if got != tt.want {
-					t.Errorf("result = %+v, want %+v", got, tt.want)
+				want := tt.want
+				want.StatusCode = tt.status // kept in the attempt history
+				if got != want {
+					t.Errorf("result = %+v, want %+v", got, want)
 				}
 				return
 			}
@@ -454,8 +456,10 @@ func TestWebhookBodyCap(t *testing.T) {
 				t.Errorf("one call allocated %d bytes for a 5 MiB response, want at most %d", alloc, tt.maxAlloc)
 			}
 			if tt.wantKind == 0 {
-				if err != nil || got != tt.want {
-					t.Errorf("PushPurchaseOrder = %+v, %v; want %+v", got, err, tt.want)
+				want := tt.want
+				want.StatusCode = tt.status
+				if err != nil || got != want {
+					t.Errorf("PushPurchaseOrder = %+v, %v; want %+v", got, err, want)
 				}
 				return
 			}
@@ -489,7 +493,7 @@ func TestWebhookBodyTruncated(t *testing.T) {
 			if err != nil {
 				t.Fatalf("PushPurchaseOrder: %v", err)
 			}
-			if want := (Result{Status: StatusCompleted, ExternalID: tt.wantID}); got != want {
+			if want := (Result{Status: StatusCompleted, ExternalID: tt.wantID, StatusCode: 200}); got != want {
 				t.Errorf("result = %+v, want %+v", got, want)
 			}
 		})

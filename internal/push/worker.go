@@ -304,7 +304,11 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, lat
 	pconn := provider.Connection{ID: conn.ID, OrganizationID: job.OrganizationID, LocationID: conn.LocationID,
 		Provider: conn.Provider, Config: conn.Config}
 
-	var cred credential.Credential
+	var (
+		cred   credential.Credential
+		called bool
+		first  time.Time // of the first provider call of this attempt
+	)
 	for refreshed := false; ; refreshed = true {
 		if conn.CredentialReference != "" {
 			if cred, err = w.resolve(ctx, job.OrganizationID, conn.CredentialReference); err != nil {
@@ -315,22 +319,34 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, lat
 			}
 		}
 		callStart := time.Now()
-		res, err := w.call(ctx, p, pconn, cred, cmd)
+		res, made, err := w.call(ctx, p, pconn, cred, cmd)
 		*latency += time.Since(callStart)
+		if made && !called {
+			called, first = true, callStart
+		}
 		var perr *provider.Error
 		if errors.As(err, &perr) && perr.AuthFailed && !refreshed && conn.CredentialReference != "" {
 			log.logAttrs(ctx, slog.LevelInfo, "provider refused the credential; refreshing it once", slog.Int("statusCode", perr.StatusCode))
 			w.creds.Invalidate(conn.CredentialReference)
 			continue
 		}
-		return w.outcome(job, res, err), cred.Values()
+		o := w.outcome(job, res, err)
+		if called {
+			o.ProviderCalled, o.CallStartedAt, o.CallFinishedAt = true, first, time.Now()
+			o.HTTPStatus = res.StatusCode
+			if perr != nil {
+				o.HTTPStatus = perr.StatusCode
+			}
+		}
+		return o, cred.Values()
 	}
 }
 
 // call runs the provider call under PROVIDER_TIMEOUT, cut so that the
-// result can still be recorded before the invocation's deadline.
+// result can still be recorded before the invocation's deadline. made is
+// false when no time was left to call at all.
 func (w *Worker) call(ctx context.Context, p provider.Provider, conn provider.Connection,
-	cred credential.Credential, cmd provider.PurchaseOrderPush) (provider.Result, error) {
+	cred credential.Credential, cmd provider.PurchaseOrderPush) (_ provider.Result, made bool, _ error) {
 	deadline := time.Now().Add(w.cfg.ProviderTimeout)
 	if dl, ok := ctx.Deadline(); ok {
 		if cut := dl.Add(-w.cfg.RecordReserve); cut.Before(deadline) {
@@ -338,7 +354,7 @@ func (w *Worker) call(ctx context.Context, p provider.Provider, conn provider.Co
 		}
 	}
 	if !deadline.After(time.Now()) {
-		return provider.Result{}, &provider.Error{Kind: provider.Retryable,
+		return provider.Result{}, false, &provider.Error{Kind: provider.Retryable,
 			Message: "not enough time left in this invocation to call the provider"}
 	}
 	cctx, cancel := context.WithDeadline(ctx, deadline)
@@ -350,7 +366,7 @@ func (w *Worker) call(ctx context.Context, p provider.Provider, conn provider.Co
 			err = &provider.Error{Kind: provider.Retryable, Message: "provider call timed out", Err: err}
 		}
 	}
-	return res, err
+	return res, true, err
 }
 
 // resolve looks the credential up, cut like a provider call: a Secrets

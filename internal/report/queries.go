@@ -40,6 +40,15 @@ from external_integration_conflicts c
 where c.organization_id = $1 and c.outbox_id = $2
 order by c.created_at, c.id`
 
+// attemptsSQL lists the attempt history of one row, oldest first.
+// $1 organization, $2 id.
+const attemptsSQL = `
+select a.attempt, a.started_at, a.finished_at, a.outcome, a.provider_called, a.http_status,
+    coalesce(a.error_excerpt, ''), coalesce(a.provider_reference, ''), coalesce(a.provider_status, '')
+from external_integration_attempts a
+where a.organization_id = $1 and a.outbox_id = $2
+order by a.attempt, a.created_at, a.id`
+
 // historySQL lists the reruns that requeued or skipped one row.
 // $1 organization, $2 id.
 const historySQL = `

@@ -1,6 +1,6 @@
 // Package report is the operator's read-only view of the outbox: rows by
-// status, organization and connection; one row with its conflicts and rerun
-// history; and the deliveries that are stuck. infra/outboxctl prints it.
+// status, organization and connection; one row with its attempts, conflicts
+// and rerun history; and the deliveries that are stuck. infra/outboxctl prints it.
 // Its SQL lives in queries.go.
 package report
 
@@ -99,7 +99,9 @@ func (r *Reader) List(ctx context.Context, p ListParams) (rows []Row, more bool,
 type Detail struct {
 	// Columns is every column of the row in table order, each value as
 	// JSON (null, a string, a number, an object...).
-	Columns   []Column
+	Columns []Column
+	// Attempts is the row's attempt history, oldest first.
+	Attempts  []Attempt
 	Conflicts []Conflict
 	// History is the reruns that requeued or skipped the row, oldest first.
 	History []RerunEntry
@@ -109,6 +111,23 @@ type Detail struct {
 type Column struct {
 	Name  string
 	Value json.RawMessage
+}
+
+// Attempt is one recorded attempt of a row.
+type Attempt struct {
+	Attempt    int
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	// Outcome is the status the attempt left the row in.
+	Outcome string
+	// ProviderCalled is false when the attempt ended before calling the
+	// provider (unknown order, unsupported provider, rejected credential).
+	ProviderCalled bool
+	// HTTPStatus is the provider's last HTTP answer; nil without one.
+	HTTPStatus        *int
+	ErrorExcerpt      string
+	ProviderReference string
+	ProviderStatus    string
 }
 
 // Conflict is a conflict opened for a row.
@@ -136,8 +155,8 @@ type RerunEntry struct {
 	SkipReason string
 }
 
-// Show returns one row of the organization with its conflicts and rerun
-// history, or ErrNotFound (also for another organization's row).
+// Show returns one row of the organization with its attempts, conflicts and
+// rerun history, or ErrNotFound (also for another organization's row).
 func (r *Reader) Show(ctx context.Context, organizationID, id string) (Detail, error) {
 	var d Detail
 	var doc []byte
@@ -152,7 +171,21 @@ func (r *Reader) Show(ctx context.Context, organizationID, id string) (Detail, e
 		return d, fmt.Errorf("reading outbox row %s: %w", id, err)
 	}
 
-	rows, err := r.db.Query(ctx, conflictsSQL, organizationID, id)
+	rows, err := r.db.Query(ctx, attemptsSQL, organizationID, id)
+	if err != nil {
+		return d, fmt.Errorf("reading attempts of %s: %w", id, err)
+	}
+	d.Attempts, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		err := cr.Scan(&a.Attempt, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.ProviderCalled, &a.HTTPStatus,
+			&a.ErrorExcerpt, &a.ProviderReference, &a.ProviderStatus)
+		return a, err
+	})
+	if err != nil {
+		return d, fmt.Errorf("reading attempts of %s: %w", id, err)
+	}
+
+	rows, err = r.db.Query(ctx, conflictsSQL, organizationID, id)
 	if err != nil {
 		return d, fmt.Errorf("reading conflicts of %s: %w", id, err)
 	}

@@ -1,0 +1,99 @@
+package inspect
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"integration-outbox/internal/message"
+	"integration-outbox/internal/strictjson"
+)
+
+// MaxLimit bounds limit, the rows of each section of the stuck view.
+const MaxLimit = 1000
+
+// Request is a validated inspection payload: exactly one of OutboxID and
+// Stuck is set.
+type Request struct {
+	OrganizationID string
+	OutboxID       string
+	Stuck          bool
+	// Limit caps the rows of each stuck section (0: the reader's default, 50).
+	Limit int
+}
+
+// payload is the wire shape of an inspect invocation (contract):
+// {"organizationId": "…", "outboxId": "…"} or
+// {"organizationId": "…", "stuck": true}.
+type payload struct {
+	OrganizationID *string `json:"organizationId"`
+	OutboxID       *string `json:"outboxId"`
+	Stuck          *bool   `json:"stuck"`
+	Limit          *int    `json:"limit"`
+}
+
+// Parse decodes and validates an inspection payload. Keys are
+// case-sensitive; an unknown key is an error. Every error wraps a
+// *strictjson.FieldError naming the field.
+func Parse(raw []byte) (Request, error) {
+	var p payload
+	if err := strictjson.Decode(raw, &p); err != nil {
+		var fe *strictjson.FieldError
+		if errors.As(err, &fe) && fe.Field == "" {
+			err = &strictjson.FieldError{Field: `""`, Msg: fe.Msg}
+		}
+		return Request{}, fmt.Errorf("inspect payload: %w", err)
+	}
+	req, err := p.validate()
+	if err != nil {
+		return Request{}, fmt.Errorf("inspect payload: %w", err)
+	}
+	return req, nil
+}
+
+func fieldErr(field, format string, args ...any) error {
+	return &strictjson.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (p payload) validate() (Request, error) {
+	var req Request
+	if p.OrganizationID == nil || *p.OrganizationID == "" {
+		return req, fieldErr("organizationId", "is required: every view is scoped to one organization")
+	}
+	if !message.IsUUID(*p.OrganizationID) {
+		return req, fieldErr("organizationId", "must be a uuid, got %q", clip(*p.OrganizationID))
+	}
+	req.OrganizationID = strings.ToLower(*p.OrganizationID)
+	req.Stuck = p.Stuck != nil && *p.Stuck
+	switch {
+	case p.OutboxID != nil && req.Stuck:
+		return req, fieldErr("stuck", "give either outboxId or stuck, not both")
+	case p.OutboxID != nil:
+		if !message.IsUUID(*p.OutboxID) {
+			return req, fieldErr("outboxId", "must be a uuid, got %q", clip(*p.OutboxID))
+		}
+		req.OutboxID = strings.ToLower(*p.OutboxID)
+	case p.Stuck != nil && !*p.Stuck:
+		return req, fieldErr("stuck", "must be true when given (or give outboxId instead)")
+	case !req.Stuck:
+		return req, fieldErr("outboxId", `is required, or "stuck": true for the stuck view`)
+	}
+	if p.Limit != nil {
+		if req.OutboxID != "" {
+			return req, fieldErr("limit", "applies to the stuck view only")
+		}
+		if *p.Limit < 1 || *p.Limit > MaxLimit {
+			return req, fieldErr("limit", "must be from 1 to %d, got %d", MaxLimit, *p.Limit)
+		}
+		req.Limit = *p.Limit
+	}
+	return req, nil
+}
+
+// clip keeps a quoted bad value short.
+func clip(s string) string {
+	if r := []rune(s); len(r) > 60 {
+		return string(r[:60]) + "…"
+	}
+	return s
+}
