@@ -29,6 +29,19 @@ type Config struct {
 	AllowPrivateNetworks      bool          // WEBHOOK_ALLOW_PRIVATE_NETWORKS
 	LogLevel                  slog.Level    // LOG_LEVEL
 	AWSRegion                 string        // AWS_REGION
+	// DispatchMaxInFlight caps the leased rows across all organizations
+	// (DISPATCH_MAX_IN_FLIGHT; 0: no cap). Default: 2 x PUSH_BATCH_SIZE x
+	// PUSH_MAXIMUM_CONCURRENCY, the batch every push invocation works on
+	// plus the next one waiting for it.
+	DispatchMaxInFlight int
+	// ConnectionMaxInFlight caps the leased rows of one connection unless
+	// its config_json.maxInFlight says otherwise (CONNECTION_MAX_IN_FLIGHT;
+	// 0: no cap).
+	ConnectionMaxInFlight   int
+	CircuitFailureThreshold int           // CIRCUIT_FAILURE_THRESHOLD (0: no circuit breaker)
+	CircuitCooldown         time.Duration // CIRCUIT_COOLDOWN
+	PushBatchSize           int           // PUSH_BATCH_SIZE: SQS records per push invocation
+	PushMaximumConcurrency  int           // PUSH_MAXIMUM_CONCURRENCY: most concurrent push invocations
 }
 
 // Need names what a function requires beyond the defaults.
@@ -57,6 +70,15 @@ func Load(getenv func(string) string, need Need) (Config, error) {
 		AllowPrivateNetworks:      r.boolean("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
 		LogLevel:                  r.level("LOG_LEVEL", slog.LevelInfo),
 		AWSRegion:                 r.str("AWS_REGION", ""),
+		ConnectionMaxInFlight:     r.intRange("CONNECTION_MAX_IN_FLIGHT", 10, 0, 1_000_000),
+		CircuitFailureThreshold:   r.intRange("CIRCUIT_FAILURE_THRESHOLD", 5, 0, 1_000_000),
+		CircuitCooldown:           r.duration("CIRCUIT_COOLDOWN", time.Minute),
+		PushBatchSize:             r.intRange("PUSH_BATCH_SIZE", 10, 1, 10_000),
+		PushMaximumConcurrency:    r.intRange("PUSH_MAXIMUM_CONCURRENCY", 5, 1, 10_000),
+	}
+	c.DispatchMaxInFlight = r.intRange("DISPATCH_MAX_IN_FLIGHT", 2*c.PushBatchSize*c.PushMaximumConcurrency, 0, 1_000_000)
+	if c.CircuitCooldown < time.Second || c.CircuitCooldown > time.Hour {
+		r.fail("CIRCUIT_COOLDOWN", fmt.Sprintf("must be from 1s to 1h, got %s", c.CircuitCooldown))
 	}
 	if c.DatabaseURL == "" && c.DatabaseSecretARN == "" {
 		r.fail("DATABASE_URL", "is required (or DATABASE_SECRET_ARN)")

@@ -159,6 +159,8 @@ func parseSandboxConfig(raw json.RawMessage) (sandboxConfig, error) {
 			continue
 		}
 		switch key {
+		case "maxInFlight":
+			// The connection's in-flight limit: read by the claim, not here.
 		case "latencyMs":
 			var ms int64
 			if json.Unmarshal(v, &ms) != nil || ms < 0 || ms > maxSandboxLatency.Milliseconds() {
