@@ -105,7 +105,8 @@ with recursive budget as (
         order by d.created_at
         -- Enough for this organization to fill the batch if the others
         -- have one row each.
-        limit least(w.room, greatest((select room from budget) - (select count(distinct org) from walked)::int + 1, 1))
+        -- One more than the room shows a pair the limit holds back.
+        limit least(w.room + 1, greatest((select room from budget) - (select count(distinct org) from walked)::int + 1, 1))
         for update skip locked
     ) d
 ), orphan as (
@@ -163,15 +164,17 @@ with recursive budget as (
     from (select distinct organization_id as org, integration_connection_id as conn
           from candidates where integration_connection_id is not null) p
     cross join lateral (` + connectionRoom + `) e
-), allowed as (
-    select c.*, coalesce(k.probe, false) as probe
+), ranked as (
+    select c.*, coalesce(k.probe, false) as probe,
+        c.integration_connection_id is null or c.conn_rank <= k.room as within
     from (
         select c.*, row_number() over (
                 partition by c.organization_id, c.integration_connection_id order by c.created_at) as conn_rank
         from candidates c
     ) c
     left join conns k on k.org = c.organization_id and k.conn = c.integration_connection_id
-    where c.integration_connection_id is null or c.conn_rank <= k.room
+), allowed as (
+    select * from ranked where within
 ), picked as (
     select a.id, a.reclaimed, a.probe
     from (
@@ -201,7 +204,8 @@ select id::text, organization_id::text, coalesce(integration_connection_id::text
 from claimed
 union all
 select null, null, null, null, null, null, null, null, null,
-    (select room from budget) < $1::int or coalesce((select bool_or(held) from walk), false)`
+    (select room from budget) < $1::int or coalesce((select bool_or(held) from walk), false)
+        or exists (select 1 from ranked where not within)`
 
 // connectionRoom is how many more rows of the connection p.conn (of the
 // organization p.org) a claim may lease: none while its circuit is open; one
