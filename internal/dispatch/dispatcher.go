@@ -31,6 +31,7 @@ type Store interface {
 	ClaimBatch(ctx context.Context, p outbox.ClaimParams) (outbox.Batch, error)
 	Release(ctx context.Context, claims []outbox.Claim) (int, error)
 	MarkUnsupported(ctx context.Context, claims []outbox.Claim, reason string) (int, error)
+	DeadLetterNoConnection(ctx context.Context, claims []outbox.Claim) (int, error)
 }
 
 // Sender sends message batches (an *sqs.Client).
@@ -166,9 +167,9 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 					"organizationId", c.OrganizationID, "connectionId", c.ConnectionID)
 			}
 		}
-		done, err := d.dispatchBatch(ctx, log, claims, &s)
+		done, err := d.dispatchBatch(ctx, log, claims, &s, &run)
 		if err != nil || done {
-			logSummary(ctx, log, s, err)
+			logSummary(ctx, log, s, run, err)
 			return s, err
 		}
 		if len(claims) < want {
@@ -180,7 +181,7 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 			run.waits++
 		}
 	}
-	logSummary(ctx, log, s, nil)
+	logSummary(ctx, log, s, run, nil)
 	return s, nil
 }
 
@@ -206,6 +207,7 @@ type runStats struct {
 	deadLettered int // expired leases with no attempts left
 	probes       int // probe rows of half-open circuits
 	waits        int // waits for room under an in-flight cap
+	noConnection int // rows without a connection, ended as configuration_invalid
 }
 
 func (d *Dispatcher) emit(s Summary, run runStats) {
@@ -213,32 +215,49 @@ func (d *Dispatcher) emit(s Summary, run runStats) {
 		metrics.Counter("Claimed", s.Claimed), metrics.Counter("Dispatched", s.Dispatched),
 		metrics.Counter("Released", s.Released), metrics.Counter("Unsupported", s.Unsupported),
 		metrics.Counter("LeasesReclaimed", run.reclaimed), metrics.Counter("DeadLettered", run.deadLettered),
-		metrics.Counter("CircuitProbes", run.probes), metrics.Counter("InFlightCapWaits", run.waits))
+		metrics.Counter("CircuitProbes", run.probes), metrics.Counter("InFlightCapWaits", run.waits),
+		metrics.Counter("NoConnection", run.noConnection))
 }
 
-func logSummary(ctx context.Context, log *slog.Logger, s Summary, err error) {
+func logSummary(ctx context.Context, log *slog.Logger, s Summary, run runStats, err error) {
 	level := slog.LevelInfo
 	if err != nil || s.Released > 0 {
 		level = slog.LevelError
 	}
 	log.Log(ctx, level, "dispatch run finished", "claimed", s.Claimed, "dispatched", s.Dispatched,
-		"unsupported", s.Unsupported, "released", s.Released, "error", errString(err))
+		"unsupported", s.Unsupported, "released", s.Released, "noConnection", run.noConnection, "error", errString(err))
 }
 
 // dispatchBatch routes one claimed batch. stop is set when a send failed:
 // the failed rows were released and the run must not claim them again.
-func (d *Dispatcher) dispatchBatch(ctx context.Context, log *slog.Logger, claims []outbox.Claim, s *Summary) (stop bool, err error) {
+func (d *Dispatcher) dispatchBatch(ctx context.Context, log *slog.Logger, claims []outbox.Claim, s *Summary, run *runStats) (stop bool, err error) {
 	byQueue := map[string][]outbox.Claim{}
-	var unrouted []outbox.Claim
+	var unrouted, unconnected []outbox.Claim
 	for _, c := range claims {
 		if c.Reclaimed {
 			log.WarnContext(ctx, "lease expired; row claimed again", "outboxId", c.ID,
 				"organizationId", c.OrganizationID, "attempt", c.AttemptCount)
 		}
-		if q, ok := d.cfg.Routes[c.CommandType]; ok {
+		if c.ConnectionID == "" {
+			unconnected = append(unconnected, c)
+		} else if q, ok := d.cfg.Routes[c.CommandType]; ok {
 			byQueue[q] = append(byQueue[q], c)
 		} else {
 			unrouted = append(unrouted, c)
+		}
+	}
+	if len(unconnected) > 0 {
+		// No worker can start a command without a connection (its message
+		// would be refused as malformed and the row wait out its leases):
+		// it ends here, without an attempt.
+		n, err := d.store.DeadLetterNoConnection(ctx, unconnected)
+		if err != nil {
+			return true, err
+		}
+		run.noConnection += n
+		for _, c := range unconnected {
+			log.WarnContext(ctx, "no integration connection; row moved to dead_letter (configuration_invalid)",
+				"outboxId", c.ID, "organizationId", c.OrganizationID, "commandType", c.CommandType)
 		}
 	}
 	if len(unrouted) > 0 {

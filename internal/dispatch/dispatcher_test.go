@@ -275,3 +275,56 @@ func TestRunEmitsOneValidEMFLine(t *testing.T) {
 		t.Errorf("EMF values %s", line)
 	}
 }
+
+// A row without an integration connection can never be started (its message
+// would be refused as malformed): it ends at once, configuration_invalid,
+// without an attempt, and no message is sent for it.
+func TestRowWithoutConnectionEndsAtOnceAsConfigurationInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	good := b.commands(t, 1, testenv.CommandOpts{})[0]
+	orphan := b.commands(t, 1, testenv.CommandOpts{})[0]
+	if _, err := b.f.Pool.Exec(ctx, `update external_integration_outbox set integration_connection_id = null where id = $1`, orphan); err != nil {
+		t.Fatal(err)
+	}
+	d := b.dispatcher(t, nil, 10)
+	s, err := d.Handle(ctx, json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s != (dispatch.Summary{Claimed: 2, Dispatched: 1}) {
+		t.Fatalf("summary %+v, want 2 claimed, 1 dispatched", s)
+	}
+	msgs := b.receiveAll(t)
+	if len(msgs) != 1 || msgs[0].OutboxID != good {
+		t.Fatalf("messages %+v, want only the one of row %s", msgs, good)
+	}
+	r := b.f.Row(t, orphan)
+	if r.Status != "dead_letter" || r.AttemptCount != 0 || r.LeaseExpiresAt != nil || r.LastError == nil ||
+		!strings.Contains(*r.LastError, "integration_connection_id") {
+		t.Fatalf("row without connection: %+v (last_error %v), want dead_letter, no attempt used", r, deref(r.LastError))
+	}
+	var ctype, severity, status string
+	if err := b.f.Pool.QueryRow(ctx, `select conflict_type, severity, status from external_integration_conflicts
+		where outbox_id = $1 and organization_id = $2`, orphan, b.org).Scan(&ctype, &severity, &status); err != nil {
+		t.Fatalf("conflict of the row without connection: %v", err)
+	}
+	if ctype != "configuration_invalid" || severity != "high" || status != "open" {
+		t.Errorf("conflict = %s/%s/%s, want configuration_invalid/high/open", ctype, severity, status)
+	}
+	again, err := d.Handle(ctx, json.RawMessage(`{}`))
+	if err != nil || again != (dispatch.Summary{}) {
+		t.Fatalf("second run = %+v, %v; want nothing claimed", again, err)
+	}
+	if n := b.f.Count(t, `select count(*) from external_integration_conflicts where outbox_id = $1`, orphan); n != 1 {
+		t.Errorf("%d conflicts, want 1", n)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}

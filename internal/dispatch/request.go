@@ -70,7 +70,7 @@ func ParseEvent(raw []byte) (Request, error) {
 		if !message.IsUUID(*ev.OrganizationID) {
 			return Request{}, fmt.Errorf("dispatch event: organizationId: must be a uuid, got %q", *ev.OrganizationID)
 		}
-		req.OrganizationID = *ev.OrganizationID
+		req.OrganizationID = message.CanonicalUUID(*ev.OrganizationID)
 	}
 	return req, nil
 }

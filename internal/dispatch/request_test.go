@@ -30,6 +30,8 @@ func TestParseEvent(t *testing.T) {
 			want: dispatch.Request{Limit: 10, OrganizationID: org}},
 		{name: "organization without limit", in: `{"organizationId": "` + org + `"}`,
 			want: dispatch.Request{OrganizationID: org}},
+		{name: "upper-case organization comes back canonical", in: `{"organizationId": "0B6E2C55-2B0C-4D8E-9A43-5F1F0C1D2E3F"}`,
+			want: dispatch.Request{OrganizationID: "0b6e2c55-2b0c-4d8e-9a43-5f1f0c1d2e3f"}},
 		{name: "malformed organization", in: `{"organizationId": "acme"}`, wantErr: "organizationId"},
 		{name: "organization as a number", in: `{"organizationId": 7}`, wantErr: "organizationId"},
 		{name: "empty organization", in: `{"organizationId": ""}`, wantErr: "organizationId"},

@@ -5,6 +5,7 @@ package message
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"integration-outbox/internal/strictjson"
 )
@@ -49,8 +50,15 @@ func IsUUID(s string) bool {
 	return true
 }
 
+// CanonicalUUID returns a uuid that passed IsUUID in its canonical form,
+// lower case: ids from outside (messages, console events) are compared with
+// ids read from PostgreSQL only in that form.
+func CanonicalUUID(s string) string { return strings.ToLower(s) }
+
 // Decode parses and validates a message body: case-sensitive keys, no
-// unknown keys, every id a uuid, a command type present.
+// unknown keys, every id a uuid, a command type present. Ids come back in
+// their canonical form (lower case), the form PostgreSQL prints and every
+// comparison uses.
 func Decode(body string) (Message, error) {
 	var m Message
 	if err := strictjson.Decode([]byte(body), &m); err != nil {
@@ -66,6 +74,9 @@ func Decode(body string) (Message, error) {
 	}
 	if m.CommandType == "" {
 		return Message{}, fmt.Errorf("message body: commandType: is required")
+	}
+	for _, id := range []*string{&m.OutboxID, &m.OrganizationID, &m.ConnectionID, &m.ClaimToken} {
+		*id = CanonicalUUID(*id)
 	}
 	return m, nil
 }

@@ -60,3 +60,17 @@ func TestIsUUID(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeReturnsIdsInCanonicalLowerCase(t *testing.T) {
+	upper := strings.NewReplacer(
+		"0b6e2c55-2b0c-4d8e-9a43-5f1f0c1d2e3f", "0B6E2C55-2B0C-4D8E-9A43-5F1F0C1D2E3F",
+		"33333333-3333-4333-8333-333333333333", "33333333-3333-4333-8333-33333333333A",
+	).Replace(good)
+	m, err := Decode(upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.OutboxID != "0b6e2c55-2b0c-4d8e-9a43-5f1f0c1d2e3f" || m.ClaimToken != "33333333-3333-4333-8333-33333333333a" {
+		t.Fatalf("ids = %q, %q; want them lower-cased", m.OutboxID, m.ClaimToken)
+	}
+}

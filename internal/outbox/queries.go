@@ -318,23 +318,61 @@ where o.id = r.id and o.organization_id = r.organization_id
   and o.integration_connection_id is not distinct from r.connection_id
   and o.claim_token = r.claim_token and o.status = 'processing'`
 
+// noConnectionSQL ends claimed rows that have no integration connection:
+// nothing can deliver them and no attempt would change that, so they go to
+// dead_letter at once with the attempt given back and their one open
+// configuration_invalid conflict. Fenced like releaseSQL.
+const noConnectionSQL = `
+with ended as (
+    update external_integration_outbox o
+    set status = 'dead_letter',
+        attempt_count = greatest(o.attempt_count - 1, 0),
+        last_error = 'integration_connection_id: missing: the command names no integration connection',
+        lease_expires_at = null,
+        next_attempt_at = null,
+        updated_at = now()
+    from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[]) as r(id, organization_id, claim_token)
+    where o.id = r.id and o.organization_id = r.organization_id
+      and o.integration_connection_id is null
+      and o.claim_token = r.claim_token and o.status = 'processing' and o.started_at is null
+    returning o.*
+), conflicts as (
+    insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
+        conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
+    select e.organization_id, null::uuid, null::uuid,
+        'configuration_invalid', 'high', e.local_entity_type, e.local_entity_id,
+        'External provider outbound command reached dead letter (configuration_invalid): ' || e.last_error,
+        jsonb_build_object('outboxId', e.id, 'commandType', e.command_type,
+            'idempotencyKey', e.idempotency_key, 'lastError', e.last_error),
+        e.id
+    from ended e
+    on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
+)
+select count(*) from ended`
+
 // startSQL consumes claims: one atomic update marks each job started for its
-// token (a stale token or an already started claim matches nothing), and the
+// token (a stale token, an already started claim or a lease that has expired
+// matches nothing: the next dispatch may already be reclaiming that row) and
+// extends its lease to $5, the end of the push, so that no reclaim takes a
+// job that is mid-call (a null $5 keeps the lease as it is). The
 // same statement loads the job's connection and, for purchase-order pushes,
 // the order with its lines — organization scoped, and location scoped when
 // the connection has a location. The order's columns come out as they are
 // named (Start turns them into camelCase); its lines in the seed's shape.
 const startSQL = `
 with req as (
-    select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[]) as r(id, organization_id, claim_token, connection_id)
+    select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[], $5::timestamptz[])
+        as r(id, organization_id, claim_token, connection_id, lease_until)
 ), started as (
     update external_integration_outbox o
-    set started_at = now(), updated_at = now()
+    set started_at = now(), updated_at = now(),
+        lease_expires_at = greatest(o.lease_expires_at, req.lease_until)
     from req
     where o.id = req.id and o.organization_id = req.organization_id
       and o.integration_connection_id is not distinct from req.connection_id
       and o.claim_token = req.claim_token
       and o.status = 'processing' and o.started_at is null
+      and o.lease_expires_at > now()
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type,
         o.local_entity_type, o.local_entity_id, o.payload_json, o.idempotency_key,
         o.attempt_count, o.claim_token

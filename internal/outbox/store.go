@@ -280,6 +280,22 @@ func (s *Store) MarkUnsupported(ctx context.Context, claims []Claim, reason stri
 	return int(tag.RowsAffected()), nil
 }
 
+// DeadLetterNoConnection ends claimed, not yet started rows that have no
+// integration connection (claims whose ConnectionID is empty): dead_letter
+// at once with a configuration_invalid conflict, the attempt not consumed.
+// It returns how many it ended.
+func (s *Store) DeadLetterNoConnection(ctx context.Context, claims []Claim) (int, error) {
+	if len(claims) == 0 {
+		return 0, nil
+	}
+	ids, orgs, tokens, _ := claimColumns(claims)
+	var n int
+	if err := s.db.QueryRow(ctx, noConnectionSQL, ids, orgs, tokens).Scan(&n); err != nil {
+		return 0, fmt.Errorf("dead-lettering %d rows without a connection: %w", len(claims), err)
+	}
+	return n, nil
+}
+
 func claimColumns(claims []Claim) (ids, orgs, tokens []string, conns []*string) {
 	for _, c := range claims {
 		ids = append(ids, c.ID)
@@ -296,6 +312,10 @@ type StartRequest struct {
 	OrganizationID string
 	ConnectionID   string
 	ClaimToken     string
+	// LeaseUntil is when the push ends at the latest, its result recorded:
+	// a started job's lease is extended to it (never shortened). Zero keeps
+	// the claim's lease.
+	LeaseUntil time.Time
 }
 
 // Connection is the integration connection a job goes through.
@@ -329,8 +349,10 @@ type Job struct {
 }
 
 // Start consumes the claims in one statement and returns the jobs it
-// started. A request whose token is stale or whose claim was already started
-// is not returned: that delivery is a duplicate and must do nothing.
+// started. A request whose token is stale, whose claim was already started
+// or whose lease has expired is not returned: that delivery is a duplicate
+// or too late and must do nothing. A started job's lease is extended to its
+// LeaseUntil.
 func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 	if len(reqs) == 0 {
 		return nil, nil
@@ -339,10 +361,14 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 	orgs := make([]string, len(reqs))
 	tokens := make([]string, len(reqs))
 	conns := make([]*string, len(reqs))
+	until := make([]*time.Time, len(reqs))
 	for i, r := range reqs {
 		ids[i], orgs[i], tokens[i], conns[i] = r.OutboxID, r.OrganizationID, r.ClaimToken, nullable(r.ConnectionID)
+		if !r.LeaseUntil.IsZero() {
+			until[i] = &r.LeaseUntil
+		}
 	}
-	rows, err := s.db.Query(ctx, startSQL, ids, orgs, tokens, conns)
+	rows, err := s.db.Query(ctx, startSQL, ids, orgs, tokens, conns, until)
 	if err != nil {
 		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), err)
 	}

@@ -385,3 +385,105 @@ func TestAcceptedRowsAreFollowedUpWhenDueAndDeadLetteredWhenExhausted(t *testing
 		t.Errorf("not-yet-due accepted row changed: %+v", r)
 	}
 }
+
+// A message that waited past its claim's lease arrives when the next
+// dispatch may already have claimed the row again: Start refuses it, so the
+// provider never gets two concurrent calls for one command.
+func TestStartRefusesAClaimWhoseLeaseHasExpired(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	claims, err := b.store.Claim(ctx, params(1))
+	if err != nil || len(claims) != 1 {
+		t.Fatal(claims, err)
+	}
+	late := claims[0]
+	// The lease ran out while the message waited in the queue.
+	if _, err := b.f.Pool.Exec(ctx, `update external_integration_outbox set lease_expires_at = now() - interval '1 second' where id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	req := outbox.StartRequest{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: late.ClaimToken,
+		LeaseUntil: time.Now().Add(time.Hour)}
+	jobs, err := b.store.Start(ctx, []outbox.StartRequest{req})
+	if err != nil || len(jobs) != 0 {
+		t.Fatalf("start of an expired claim = %v, %v; want none", jobs, err)
+	}
+	if r := b.f.Row(t, id); r.StartedAt != nil {
+		t.Fatalf("expired claim marked started: %+v", r)
+	}
+	recorded, err := b.store.Record(ctx, []outbox.Outcome{{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn,
+		ClaimToken: late.ClaimToken, Status: outbox.StatusCompleted}})
+	if err != nil || len(recorded) != 0 {
+		t.Fatalf("record of an expired, unstarted claim = %v, %v; want none", recorded, err)
+	}
+	// The next dispatch reclaims the row, and its new claim starts.
+	again, err := b.store.Claim(ctx, params(1))
+	if err != nil || len(again) != 1 || !again[0].Reclaimed || again[0].ClaimToken == late.ClaimToken {
+		t.Fatalf("reclaim = %+v, %v; want the row with a new token", again, err)
+	}
+	req.ClaimToken = again[0].ClaimToken
+	if jobs, err = b.store.Start(ctx, []outbox.StartRequest{req}); err != nil || len(jobs) != 1 {
+		t.Fatalf("start of the new claim = %v, %v; want one job", jobs, err)
+	}
+}
+
+// A started job's lease is extended to the end of its push: a dispatch that
+// runs after the claim's own lease would have expired does not reclaim a job
+// that is mid-call, and the job's result is recorded.
+func TestStartExtendsTheLeaseOverTheWholePush(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	short := params(1)
+	short.Lease = 2 * time.Second
+	claims, err := b.store.Claim(ctx, short)
+	if err != nil || len(claims) != 1 {
+		t.Fatal(claims, err)
+	}
+	c := claims[0]
+	claimLease := *b.f.Row(t, id).LeaseExpiresAt
+	until := time.Now().Add(time.Hour)
+	jobs, err := b.store.Start(ctx, []outbox.StartRequest{{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn,
+		ClaimToken: c.ClaimToken, LeaseUntil: until}})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("start = %v, %v; want one job", jobs, err)
+	}
+	if got := *b.f.Row(t, id).LeaseExpiresAt; got.Before(until.Add(-time.Millisecond)) {
+		t.Fatalf("lease after start = %v, want extended to %v", got, until)
+	}
+	// Wait, by the database's clock, until the claim's own lease is over.
+	for {
+		var over bool
+		if err := b.f.Pool.QueryRow(ctx, `select now() > $1`, claimLease).Scan(&over); err != nil {
+			t.Fatal(err)
+		}
+		if over {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if again, err := b.store.Claim(ctx, params(1)); err != nil || len(again) != 0 {
+		t.Fatalf("claim during the push = %+v, %v; want none (the job is mid-call)", again, err)
+	}
+	recorded, err := b.store.Record(ctx, []outbox.Outcome{{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn,
+		ClaimToken: c.ClaimToken, Status: outbox.StatusCompleted}})
+	if err != nil || len(recorded) != 1 {
+		t.Fatalf("record = %v, %v; want the job recorded", recorded, err)
+	}
+	// Without LeaseUntil the claim's lease is kept, never shortened.
+	id2 := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	claims, err = b.store.Claim(ctx, params(1))
+	if err != nil || len(claims) != 1 {
+		t.Fatal(claims, err)
+	}
+	before := *b.f.Row(t, id2).LeaseExpiresAt
+	if _, err := b.store.Start(ctx, []outbox.StartRequest{{OutboxID: id2, OrganizationID: b.org, ConnectionID: b.conn,
+		ClaimToken: claims[0].ClaimToken, LeaseUntil: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	if after := *b.f.Row(t, id2).LeaseExpiresAt; !after.Equal(before) {
+		t.Errorf("lease %v after a start with an earlier LeaseUntil, want it kept at %v", after, before)
+	}
+}

@@ -115,9 +115,10 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	}
 
 	reqs := make([]outbox.StartRequest, len(deliveries))
+	leaseUntil := w.leaseUntil(ctx, len(deliveries))
 	for i, d := range deliveries {
 		reqs[i] = outbox.StartRequest{OutboxID: d.msg.OutboxID, OrganizationID: d.msg.OrganizationID,
-			ConnectionID: d.msg.ConnectionID, ClaimToken: d.msg.ClaimToken}
+			ConnectionID: d.msg.ConnectionID, ClaimToken: d.msg.ClaimToken, LeaseUntil: leaseUntil}
 	}
 	jobs, err := w.store.Start(ctx, reqs)
 	if err != nil {
@@ -167,6 +168,20 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		}
 	}
 	return resp, nil
+}
+
+// leaseUntil is when the pushes of this batch end at the latest, their
+// results recorded: the invocation's deadline (provider calls stop
+// RecordReserve before it, recording stops at it) plus RecordReserve as a
+// margin for the clocks of Lambda and the database. Without a deadline: n
+// jobs, Concurrency at a time, each up to two provider calls (a credential
+// refresh), then the record.
+func (w *Worker) leaseUntil(ctx context.Context, n int) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl.Add(w.cfg.RecordReserve)
+	}
+	rounds := (n + w.cfg.Concurrency - 1) / w.cfg.Concurrency
+	return time.Now().Add(time.Duration(rounds)*2*w.cfg.ProviderTimeout + w.cfg.RecordReserve)
 }
 
 // record stores the outcomes, trying a few times within the time left: a
@@ -314,6 +329,9 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, lat
 	}
 	supplier, err := externalSupplierID(job.Payload)
 	if err != nil {
+		return permanent(ConflictPayloadInvalid, err.Error()), nil
+	}
+	if err := checkIdempotencyKey(job.IdempotencyKey); err != nil {
 		return permanent(ConflictPayloadInvalid, err.Error()), nil
 	}
 	cmd := provider.PurchaseOrderPush{CommandType: job.CommandType, IdempotencyKey: job.IdempotencyKey,

@@ -591,3 +591,116 @@ func TestBatchEmitsValidEMFByProviderNeverByTenant(t *testing.T) {
 
 // syncBuffer collects output written from several goroutines.
 type syncBuffer = testenv.Buffer
+
+// Ids arrive in whatever case the sender wrote; the job is matched in one
+// canonical form, so an upper-case message starts and records its job.
+func TestUpperCaseIdsInAMessageStartAndRecordTheJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: b.org}),
+		EntityID: b.f.PurchaseOrder(t, b.org, "", 1)})
+	ev := b.claim(t, 1)
+	m, err := message.Decode(ev.Records[0].Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upper := message.Message{OutboxID: strings.ToUpper(m.OutboxID), OrganizationID: strings.ToUpper(m.OrganizationID),
+		ConnectionID: strings.ToUpper(m.ConnectionID), CommandType: m.CommandType, ClaimToken: strings.ToUpper(m.ClaimToken)}
+	if ev.Records[0].Body, err = upper.Encode(); err != nil {
+		t.Fatal(err)
+	}
+	if resp := b.handle(t, ev); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v", resp.BatchItemFailures)
+	}
+	if r := b.f.Row(t, id); r.Status != "completed" || r.StartedAt == nil || r.LeaseExpiresAt != nil {
+		t.Errorf("row after an upper-case message: %+v (%s), want completed", r, deref(r.LastError))
+	}
+}
+
+// An idempotency key that cannot travel as a header value fails every
+// attempt the same way: payload_invalid at once, without a provider call.
+func TestIdempotencyKeyThatCannotBeAHeaderIsPayloadInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, answer(200, nil, `{}`))
+	conn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: b.org, Provider: "webhook", Config: map[string]string{"url": rc.URL}})
+	po := b.f.PurchaseOrder(t, b.org, "", 1)
+	var ids []string
+	for _, key := range []string{"idem-1\r\nX-Injected: yes", "idem-2\n", "idem\x013", "idem\x7f4", " idem-5", strings.Repeat("k", 256)} {
+		ids = append(ids, b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn, Provider: "webhook",
+			EntityID: po, IdempotencyKey: key}))
+	}
+	fine := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn, Provider: "webhook",
+		EntityID: po, IdempotencyKey: "idem\tok-" + strings.Repeat("k", 200)})
+	b.handle(t, b.claim(t, 10))
+	for _, id := range ids {
+		r := b.f.Row(t, id)
+		if r.Status != "dead_letter" || r.LastError == nil || !strings.Contains(*r.LastError, "idempotency_key") {
+			t.Errorf("row %s: %s (%s), want dead_letter naming idempotency_key", id, r.Status, deref(r.LastError))
+		}
+		if n := b.f.Count(t, `select count(*) from external_integration_conflicts where outbox_id = $1 and conflict_type = 'payload_invalid'`, id); n != 1 {
+			t.Errorf("row %s: %d payload_invalid conflicts, want 1", id, n)
+		}
+	}
+	if r := b.f.Row(t, fine); r.Status != "completed" {
+		t.Errorf("row with a valid key: %s (%s)", r.Status, deref(r.LastError))
+	}
+	if n := rc.calls.Load(); n != 1 {
+		t.Errorf("provider called %d times, want once (the valid key only)", n)
+	}
+}
+
+// The push holds its row's lease until the invocation ends: the lease is
+// extended at start to the invocation's deadline and beyond, so no dispatch
+// reclaims a job while its provider call runs.
+func TestPushHoldsTheLeaseUntilTheInvocationEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	deadline := time.Now().Add(2 * time.Hour) // longer than the claim's 15-minute lease
+	var (
+		id    string
+		lease atomic.Pointer[time.Time]
+	)
+	rc := newReceiver(t, func(int, *http.Request) (int, map[string]string, string) {
+		if r := b.f.Row(t, id); r.LeaseExpiresAt != nil {
+			lease.Store(r.LeaseExpiresAt)
+		}
+		return 200, nil, `{}`
+	})
+	id = b.webhookCommand(t, rc.URL, "")
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if _, err := b.worker.Handle(ctx, b.claim(t, 1)); err != nil {
+		t.Fatal(err)
+	}
+	got := lease.Load()
+	if got == nil || got.Before(deadline) {
+		t.Fatalf("lease during the provider call = %v, want at least the invocation's deadline %v", got, deadline)
+	}
+	if r := b.f.Row(t, id); r.Status != "completed" {
+		t.Errorf("row %s (%s)", r.Status, deref(r.LastError))
+	}
+}
+
+// A message that arrives after its claim's lease expired is not pushed: the
+// next dispatch may already have claimed the row again.
+func TestLateMessageAfterItsLeaseExpiredIsNotPushed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, answer(200, nil, `{}`))
+	id := b.webhookCommand(t, rc.URL, "")
+	ev := b.claim(t, 1)
+	if _, err := b.f.Pool.Exec(context.Background(),
+		`update external_integration_outbox set lease_expires_at = now() - interval '1 second' where id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if resp := b.handle(t, ev); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v", resp.BatchItemFailures)
+	}
+	if rc.calls.Load() != 0 {
+		t.Errorf("provider called %d times for an expired claim", rc.calls.Load())
+	}
+	if r := b.f.Row(t, id); r.Status != "processing" || r.StartedAt != nil {
+		t.Errorf("row %+v, want processing and not started (left to the reclaim)", r)
+	}
+}
