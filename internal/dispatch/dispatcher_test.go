@@ -158,12 +158,14 @@ func TestConsoleLimitAndOrganization(t *testing.T) {
 	b.commands(t, 30, testenv.CommandOpts{})
 	other := b.f.NewID(t)
 	otherConn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: other})
-	b.f.Command(t, testenv.CommandOpts{OrganizationID: other, ConnectionID: otherConn, EntityID: b.po})
 	d := b.dispatcher(t, nil, 50)
 	s, err := d.Handle(context.Background(), json.RawMessage(`{"limit": 7}`))
 	if err != nil || s.Claimed != 7 || s.Dispatched != 7 {
 		t.Fatalf("limit 7: %+v %v", s, err)
 	}
+	// (Created only now: organizations are interleaved, so the limit-7 run
+	// would have taken it beside the first organization's rows.)
+	b.f.Command(t, testenv.CommandOpts{OrganizationID: other, ConnectionID: otherConn, EntityID: b.po})
 	s, err = d.Handle(context.Background(), json.RawMessage(fmt.Sprintf(`{"limit": 100, "organizationId": %q}`, other)))
 	if err != nil || s.Claimed != 1 {
 		t.Fatalf("tenant run: %+v %v", s, err)

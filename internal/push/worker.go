@@ -50,6 +50,9 @@ type Config struct {
 	Logger        *slog.Logger
 	// Jitter returns the retry jitter in [0, 1) (default random).
 	Jitter func() float64
+	// RetryDelay, when set, replaces backoff.Delay (the overload scenarios
+	// scale time down with it).
+	RetryDelay func(attempts int, retryAfter time.Duration, jitter float64) time.Duration
 	// Metrics receives EMF lines per batch (nil: none).
 	Metrics *metrics.Emitter
 }
@@ -73,6 +76,9 @@ func New(store Store, creds Credentials, cfg Config) (*Worker, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Jitter == nil {
 		cfg.Jitter = backoff.Jitter
+	}
+	if cfg.RetryDelay == nil {
+		cfg.RetryDelay = backoff.Delay
 	}
 	return &Worker{store: store, creds: creds, cfg: cfg}, nil
 }
@@ -463,7 +469,7 @@ func (w *Worker) retryable(job outbox.Job, text string, retryAfter time.Duration
 		return o
 	}
 	return outbox.Outcome{Status: outbox.StatusFailed, LastError: text,
-		RetryIn: backoff.Delay(job.AttemptCount, retryAfter, w.cfg.Jitter())}
+		RetryIn: w.cfg.RetryDelay(job.AttemptCount, retryAfter, w.cfg.Jitter())}
 }
 
 // AcceptedFollowUp is how long a command the provider accepted but did not
