@@ -126,8 +126,8 @@ type Result struct {
 	Attempts           int // sum of attempt_count
 	// LeasesExpired counts leases that ran out before their row was
 	// started: reclaimed by a claim, or dead-lettered by the sweep.
-	LeasesExpired int
-	Calls         int // provider calls
+	LeasesExpired                   int
+	Calls                           int // provider calls
 	RowsCalledTwice, MaxCallsPerRow int
 	Completed, DeadLettered         int
 	// WaitP50 and WaitP95: time to first success over the healthy rows.
