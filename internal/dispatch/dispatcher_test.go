@@ -330,3 +330,48 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+func TestRunWaitsForRoomUnderTheInFlightCapAndNeverExceedsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.commands(t, 12, testenv.CommandOpts{})
+	d, err := dispatch.New(outbox.NewStore(b.f.Pool), b.sqs, dispatch.Config{
+		Routes: dispatch.Routes{"push_purchase_order": b.queue}, BatchSize: 50, MaxPerRun: 5000,
+		MaxAttempts: 10, Lease: 15 * time.Minute, MaxInFlight: 4, RoomWait: 20 * time.Millisecond,
+		Reserve: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A consumer that finishes whatever is leased, noting the most it saw.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan int)
+	go func() {
+		most := 0
+		for ctx.Err() == nil {
+			var n int
+			if err := b.f.Pool.QueryRow(ctx, `with leased as (
+					select id from external_integration_outbox where status = 'processing' and lease_expires_at > now()),
+				done as (update external_integration_outbox set status = 'completed', completed_at = now(),
+					lease_expires_at = null where id in (select id from leased))
+				select count(*) from leased`).Scan(&n); err != nil {
+				break
+			}
+			most = max(most, n)
+			time.Sleep(30 * time.Millisecond)
+		}
+		done <- most
+	}()
+	s, err := d.Run(ctx, dispatch.Request{})
+	cancel()
+	most := <-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Claimed != 12 || s.Dispatched != 12 {
+		t.Errorf("run claimed %d, dispatched %d; want all 12, waiting for room under the cap", s.Claimed, s.Dispatched)
+	}
+	if most > 4 {
+		t.Errorf("%d rows leased at once, above DISPATCH_MAX_IN_FLIGHT 4", most)
+	}
+}
