@@ -62,7 +62,7 @@ func Load(getenv func(string) string, need Need) (Config, error) {
 		ClaimBatchSize:            r.intRange("CLAIM_BATCH_SIZE", 50, 1, 1000),
 		DispatchMaxPerRun:         r.intRange("DISPATCH_MAX_PER_RUN", 5000, 1, 1_000_000),
 		MaxAttempts:               r.intRange("MAX_ATTEMPTS", 10, 1, 1000),
-		Lease:                     time.Duration(r.intRange("LEASE_SECONDS", 900, 1, math.MaxInt32)) * time.Second,
+		Lease:                     time.Duration(r.intRange("LEASE_SECONDS", 2400, 1, math.MaxInt32)) * time.Second,
 		PushConcurrency:           r.intRange("PUSH_CONCURRENCY", 10, 1, 1000),
 		ProviderTimeout:           r.duration("PROVIDER_TIMEOUT", 10*time.Second),
 		CredentialReferencePrefix: r.str("CREDENTIAL_REFERENCE_PREFIX", "integrations/"),

@@ -17,7 +17,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{DatabaseURL: "postgres://x/y", ClaimBatchSize: 50, DispatchMaxPerRun: 5000, MaxAttempts: 10,
-		Lease: 900 * time.Second, PushConcurrency: 10, ProviderTimeout: 10 * time.Second,
+		Lease: 2400 * time.Second, PushConcurrency: 10, ProviderTimeout: 10 * time.Second,
 		CredentialReferencePrefix: "integrations/", CredentialCacheTTL: 5 * time.Minute, LogLevel: slog.LevelInfo,
 		DispatchMaxInFlight: 100, ConnectionMaxInFlight: 10, CircuitFailureThreshold: 5, CircuitCooldown: time.Minute,
 		PushBatchSize: 10, PushMaximumConcurrency: 5}

@@ -91,7 +91,7 @@ func New(store Store, sender Sender, cfg Config) (*Dispatcher, error) {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 50)
 	cfg.MaxPerRun = cmp.Or(cfg.MaxPerRun, 5000)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
-	cfg.Lease = cmp.Or(cfg.Lease, 900*time.Second)
+	cfg.Lease = cmp.Or(cfg.Lease, 2400*time.Second)
 	cfg.Reserve = cmp.Or(cfg.Reserve, 10*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Dispatcher{store: store, sender: sender, cfg: cfg, after: randomUUID()}, nil

@@ -87,7 +87,8 @@ func idempotentProvider(hold func()) handler {
 
 // TestWorkerDiesBetweenStartAndRecord kills the invocation (its context
 // cancelled, and no result ever recorded) at each step of a job. The row
-// keeps its lease, is claimed again once the lease expires, and is
+// keeps its lease (a started job's until the dead invocation's deadline plus
+// the record reserve), is claimed again once the lease expires, and is
 // delivered again with the same Idempotency-Key; the dead invocation's
 // message and its token can no longer change anything.
 func TestWorkerDiesBetweenStartAndRecord(t *testing.T) {
@@ -104,7 +105,9 @@ func TestWorkerDiesBetweenStartAndRecord(t *testing.T) {
 		t.Run(tc.at.String(), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			// A short Lambda-like deadline: the lease of a started job
+			// lasts until it (plus the record reserve), not longer.
+			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 			defer cancel()
 			var hold func()
 			if tc.at == duringCall {
@@ -118,7 +121,7 @@ func TestWorkerDiesBetweenStartAndRecord(t *testing.T) {
 				EntityID: e.f.PurchaseOrder(t, org, "", 2)})
 			key := rows(t, e.f.Pool)[id].Key
 
-			if s := e.dispatch(t, time.Second); s.Dispatched != 1 {
+			if s := e.dispatch(t, 3*time.Second); s.Dispatched != 1 {
 				t.Fatalf("dispatch %+v", s)
 			}
 			first := e.q.receive(10)

@@ -122,7 +122,9 @@ func TestPostgresRestartMidBatch(t *testing.T) {
 
 	// 1. A dispatch run: two batches sent, then the database dies while the
 	// third is being sent, so its rows cannot be released.
-	d := e.dispatcher(t, &sendFailsOnce{next: e.q, n: 3, fault: stop}, 3*time.Second, 10)
+	// The lease outlasts the restarts below (a claim whose lease expired is
+	// not started), and the unsent rows come back once it expires.
+	d := e.dispatcher(t, &sendFailsOnce{next: e.q, n: 3, fault: stop}, 20*time.Second, 10)
 	s, err := d.Run(context.Background(), dispatch.Request{})
 	if err == nil || s != (dispatch.Summary{Claimed: 30, Dispatched: 20}) {
 		t.Fatalf("dispatch run through the crash: %+v, %v; want an error and {30 20 0 0}", s, err)

@@ -141,7 +141,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	for _, d := range deliveries {
 		if _, ok := started[d.msg.OutboxID]; !ok || taken[d.msg.OutboxID] {
 			stats.duplicates++
-			log.InfoContext(ctx, "duplicate or stale delivery acknowledged: claim not current or already started",
+			log.InfoContext(ctx, "duplicate or stale delivery acknowledged: claim not current, already started or its lease expired",
 				"messageId", d.messageID, "outboxId", d.msg.OutboxID, "organizationId", d.msg.OrganizationID)
 			continue
 		}

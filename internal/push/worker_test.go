@@ -661,10 +661,10 @@ func TestPushHoldsTheLeaseUntilTheInvocationEnds(t *testing.T) {
 		id    string
 		lease atomic.Pointer[time.Time]
 	)
-	rc := newReceiver(t, func(int, *http.Request) (int, map[string]string, string) {
-		if r := b.f.Row(t, id); r.LeaseExpiresAt != nil {
-			lease.Store(r.LeaseExpiresAt)
-		}
+	rc := newReceiver(t, func(_ int, r *http.Request) (int, map[string]string, string) {
+		var at *time.Time // read here, mid-call; a failed read leaves it nil
+		b.f.Pool.QueryRow(r.Context(), `select lease_expires_at from external_integration_outbox where id = $1`, id).Scan(&at)
+		lease.Store(at)
 		return 200, nil, `{}`
 	})
 	id = b.webhookCommand(t, rc.URL, "")
