@@ -36,6 +36,7 @@ type options struct {
 	cpuProfile     string
 	fairSizes      []int
 	overloadRows   int
+	overloadScale  float64
 }
 
 func main() {
@@ -52,6 +53,7 @@ func main() {
 	flag.IntVar(&o.coldStarts, "cold-starts", 10, "cold starts per function under the emulator")
 	flag.StringVar(&fairSizes, "fair-claim-sizes", "40000,1000000", "outbox sizes of the fair, capped claim (10,000 due across 1,000 organizations)")
 	flag.IntVar(&o.overloadRows, "overload-rows", 50000, "rows of the overload backlog scenario (0: skip the overload scenarios)")
+	flag.Float64Var(&o.overloadScale, "overload-scale", 0.03, "real time per simulated time in the overload scenarios")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the throughput measurement (ours and River's runs) to this file")
 	flag.Parse()
 	var err error
@@ -139,7 +141,10 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	step("claim scaling", func() (err error) { r.Claim, err = measureClaims(ctx, log, env, o.claimSizes, o.claimRuns); return })
 	step("fair claim scaling", func() (err error) { r.Fair, err = measureFairClaims(ctx, log, env, o.fairSizes, o.claimRuns); return })
 	if o.overloadRows > 0 {
-		step("overload scenarios", func() (err error) { r.Overload, err = measureOverload(ctx, log, env, o.overloadRows); return })
+		step("overload scenarios", func() (err error) {
+			r.Overload, err = measureOverload(ctx, log, env, o.overloadRows, o.overloadScale)
+			return
+		})
 	}
 	step("worker batch", func() (err error) { r.Worker, err = measureWorker(ctx, env); return })
 	step("secret calls, cache on", func() (err error) { r.CacheOn, err = measurePipeline(ctx, env, cacheOn); return })

@@ -160,9 +160,16 @@ with recursive budget as (
     union all select * from expired
     union all select * from follow_up
 ), conns as (
+    -- The walk already knows the room of its pairs; only the connections
+    -- of other candidates (reclaims, follow-ups, listed ids) are looked up.
+    select w.org, w.conn, w.room, w.probe from walked w
+    union all
     select p.org, p.conn, e.room, e.probe
-    from (select distinct organization_id as org, integration_connection_id as conn
-          from candidates where integration_connection_id is not null) p
+    from (select distinct c.organization_id as org, c.integration_connection_id as conn
+          from candidates c
+          where c.integration_connection_id is not null
+            and not exists (select 1 from walked w
+                            where w.org = c.organization_id and w.conn = c.integration_connection_id)) p
     cross join lateral (` + connectionRoom + `) e
 ), ranked as (
     select c.*, coalesce(k.probe, false) as probe,

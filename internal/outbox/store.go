@@ -167,6 +167,13 @@ type beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
+// claimSetupSQL prepares the claim's transaction: the claim is planned once
+// per connection (a generic plan: its many CTEs cost far more to plan than
+// to run), and $2 (a cap is set) takes the advisory lock.
+const claimSetupSQL = `
+select set_config('plan_cache_mode', 'force_generic_plan', true),
+    (select count(*) from (select pg_advisory_xact_lock(hashtext($1)) where $2::bool) l)`
+
 // Claim claims up to p.Limit due rows (see ClaimBatch).
 func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
 	b, err := s.ClaimBatch(ctx, p)
@@ -177,11 +184,13 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
 // organizations interleaved and oldest first within each, skipping rows
 // other claimers hold: each gets status processing, attempt_count+1, a fresh
 // claim token and a lease. With a cap, claims are serialized by an advisory
-// lock so that concurrent dispatch runs cannot both take the same room.
+// lock so that concurrent dispatch runs cannot both take the same room. The
+// claim runs in its own transaction (a nested one, a savepoint, when the
+// store is on a transaction).
 func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
 	capped := p.MaxInFlight > 0 || p.ConnectionMaxInFlight > 0
 	bg, ok := s.db.(beginner)
-	if !capped || !ok {
+	if !ok {
 		return claimBatch(ctx, s.db, p)
 	}
 	tx, err := bg.Begin(ctx)
@@ -189,7 +198,7 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
 		return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, `select pg_advisory_xact_lock(hashtext($1))`, claimLockKey); err != nil {
+	if _, err := tx.Exec(ctx, claimSetupSQL, claimLockKey, capped); err != nil {
 		return Batch{}, fmt.Errorf("claiming outbox batch: taking the claim lock: %w", err)
 	}
 	b, err := claimBatch(ctx, tx, p)
