@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 
 	"integration-outbox/internal/migrate"
 	"integration-outbox/internal/testenv"
+	"integration-outbox/migrations"
 )
 
 var pg *testenv.Postgres
@@ -77,8 +79,27 @@ func TestUpOnEmptyDatabaseTwiceAndDown(t *testing.T) {
 	if _, err := conn.Exec(ctx, `insert into external_integration_outbox (organization_id, status) values (gen_random_uuid(), 'bogus')`); err == nil {
 		t.Error("status check constraint accepted 'bogus'")
 	}
+	// The last migration's down (00004) removes only what its up created:
+	// the circuit table and the claim's indexes, not the outbox's columns.
 	if err := migrate.Down(ctx, url); err != nil {
 		t.Fatal(err)
+	}
+	var health *string
+	if err := conn.QueryRow(ctx, `select to_regclass('integration_outbox_connection_health')::text`).Scan(&health); err != nil || health != nil {
+		t.Errorf("after one down the circuit table is %v (%v), want gone", health, err)
+	}
+	if cols := columns(t, conn, "public", "external_integration_outbox"); !cols["claim_token"] {
+		t.Errorf("one down removed the outbox's lease columns: %v", cols)
+	}
+	// Down the remaining migrations, one step each.
+	entries, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range len(entries) - 1 {
+		if err := migrate.Down(ctx, url); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if cols := columns(t, conn, "public", "external_integration_outbox"); len(cols) != 0 {
 		t.Errorf("down left external_integration_outbox with %d columns", len(cols))
