@@ -59,7 +59,7 @@ type Config struct {
 	ConnectionMaxInFlight int
 	// RoomWait is how long a run waits before claiming again when an
 	// in-flight cap held due rows back: rows in flight finish and make
-	// room. 0: the run ends instead.
+	// room. 0, or a context without a deadline: the run ends instead.
 	RoomWait time.Duration
 	// Reserve is the time left before the invocation's deadline at which a
 	// run stops claiming (default 10s).
@@ -186,9 +186,10 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 }
 
 // wait sleeps RoomWait unless that would run into the time budget or ctx
-// ends; it says whether the run may claim again.
+// ends; it says whether the run may claim again. A run without a deadline
+// (never the case in Lambda) does not wait: nothing would end it.
 func (d *Dispatcher) wait(ctx context.Context) bool {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl)-d.cfg.RoomWait < d.cfg.Reserve {
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl)-d.cfg.RoomWait < d.cfg.Reserve {
 		return false
 	}
 	t := time.NewTimer(d.cfg.RoomWait)
