@@ -82,7 +82,7 @@ func (a *App) Routes() dispatch.Routes {
 
 // DispatchRoomWait is how long a dispatch run waits for rows in flight to
 // finish when an in-flight cap holds due rows back, before it claims again.
-const DispatchRoomWait = time.Second
+const DispatchRoomWait = 250 * time.Millisecond
 
 // Dispatcher builds the dispatch handler.
 func (a *App) Dispatcher(sender dispatch.Sender) (*dispatch.Dispatcher, error) {

@@ -180,7 +180,7 @@ func Run(ctx context.Context, url string, sc Scenario, st Settings) (Result, err
 	d, err := dispatch.New(store, queue, dispatch.Config{
 		Routes: dispatch.Routes{push.CommandType: "sim"}, BatchSize: sc.ClaimBatch, MaxPerRun: sc.MaxPerRun,
 		MaxAttempts: 10, Lease: sc.real(sc.Lease), Reserve: sc.real(10 * time.Second),
-		RoomWait: sc.real(time.Second), MaxInFlight: st.MaxInFlight, ConnectionMaxInFlight: st.ConnectionMaxInFlight,
+		RoomWait: sc.real(250 * time.Millisecond), MaxInFlight: st.MaxInFlight, ConnectionMaxInFlight: st.ConnectionMaxInFlight,
 		Logger: quiet})
 	if err != nil {
 		return Result{}, err
