@@ -27,7 +27,9 @@ func TestMain(m *testing.M) {
 // schedule (2 invocations x batch 10, 2 s a call) under a backlog that
 // takes longer than the lease to drain, and a small tenant arriving late.
 func backlog() overload.Scenario {
-	sc := overload.Scenario{Name: "backlog", Scale: 0.02, Consumers: 2, BatchSize: 10, Latency: 2 * time.Second,
+	// Scale: a lease of 3 s real, so a loaded test machine's stalls do not
+	// expire it; the drain still takes longer than the lease.
+	sc := overload.Scenario{Name: "backlog", Scale: 0.05, Consumers: 2, BatchSize: 10, Latency: 2 * time.Second,
 		ProviderTimeout: 10 * time.Second, Lease: time.Minute, DispatchEvery: time.Minute,
 		Until: 30 * time.Minute, HealthyOnly: true}
 	for i := range 10 {
