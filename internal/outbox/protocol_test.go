@@ -21,7 +21,8 @@ import (
 // provider call, provider outcomes, reruns, and time passing (which opens,
 // half-opens and closes circuits), checking after every step that
 //
-//   - no command ever has two provider calls in flight;
+//   - no command ever has two provider calls in flight, and nothing
+//     reclaims or dead-letters a row whose provider call is in flight;
 //   - only the current claim records a result;
 //   - no row is lost: each is terminal, or waits with a lease, a due time,
 //     a provider status or an open conflict;
@@ -31,8 +32,9 @@ import (
 //
 // OUTBOX_PROTOCOL_REVERT_LEASE_FIX=1 starts jobs with the first round's
 // start statement (no lease check at start, no lease extension): the check
-// then fails with two provider calls in flight for one command, the
-// defect of the "Fix before anyone deploys" issue.
+// then fails at once, a row's claim taken while its provider call is in
+// flight (and, without that check, two provider calls in flight for one
+// command): the defect of the "Fix before anyone deploys" issue.
 
 // legacyStartSQL is the first round's startSQL, verbatim.
 const legacyStartSQL = `
@@ -456,5 +458,18 @@ func (p *protocol) check(rt *rapid.T) {
 	}
 	if n != len(p.rows) {
 		rt.Fatalf("%d rows in the outbox, want %d", n, len(p.rows))
+	}
+	// A live push keeps its claim: nothing reclaims or dead-letters a row
+	// whose provider call is in flight.
+	for _, c := range p.calls {
+		var status, token string
+		if err := p.pool.QueryRow(context.Background(), `select status, coalesce(claim_token::text, '')
+			from external_integration_outbox where id = $1`, c.claim.ID).Scan(&status, &token); err != nil {
+			rt.Fatal(err)
+		}
+		if status != "processing" || token != c.claim.ClaimToken {
+			rt.Fatalf("row %s: its claim was taken (now %s, token %s) while its provider call is in flight",
+				c.claim.ID, status, token)
+		}
 	}
 }
