@@ -19,6 +19,7 @@ require (
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.25.0
 	gopkg.in/yaml.v3 v3.0.1
+	pgregory.net/rapid v1.3.0
 )
 
 require (

@@ -34,12 +34,16 @@ type options struct {
 	consumers      int
 	coldStarts     int
 	cpuProfile     string
+	fairSizes      []int
+	overloadRows   int
+	overloadScale  float64
 }
 
 func main() {
 	var (
-		o     options
-		sizes string
+		o         options
+		sizes     string
+		fairSizes string
 	)
 	flag.StringVar(&o.out, "out", "results.md", "where to write the table (a results.raw beside it gets the raw samples)")
 	flag.StringVar(&sizes, "claim-sizes", "10000,100000,1000000", "outbox sizes of the claim measurement")
@@ -47,11 +51,18 @@ func main() {
 	flag.IntVar(&o.throughputJobs, "jobs", 20000, "jobs of the throughput run, ours and River's")
 	flag.IntVar(&o.consumers, "consumers", 10, "concurrent push consumers (Lambda containers) in our throughput run")
 	flag.IntVar(&o.coldStarts, "cold-starts", 10, "cold starts per function under the emulator")
+	flag.StringVar(&fairSizes, "fair-claim-sizes", "40000,1000000", "outbox sizes of the fair, capped claim (10,000 due across 1,000 organizations)")
+	flag.IntVar(&o.overloadRows, "overload-rows", 50000, "rows of the overload backlog scenario (0: skip the overload scenarios)")
+	flag.Float64Var(&o.overloadScale, "overload-scale", 0.03, "real time per simulated time in the overload scenarios")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the throughput measurement (ours and River's runs) to this file")
 	flag.Parse()
 	var err error
 	if o.claimSizes, err = parseSizes(sizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if o.fairSizes, err = parseSizes(fairSizes); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -fair-claim-sizes:", err)
 		os.Exit(2)
 	}
 
@@ -128,6 +139,13 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 		log.Info("measured", "what", name, "took", time.Since(t).Round(time.Millisecond))
 	}
 	step("claim scaling", func() (err error) { r.Claim, err = measureClaims(ctx, log, env, o.claimSizes, o.claimRuns); return })
+	step("fair claim scaling", func() (err error) { r.Fair, err = measureFairClaims(ctx, log, env, o.fairSizes, o.claimRuns); return })
+	if o.overloadRows > 0 {
+		step("overload scenarios", func() (err error) {
+			r.Overload, err = measureOverload(ctx, log, env, o.overloadRows, o.overloadScale)
+			return
+		})
+	}
 	step("worker batch", func() (err error) { r.Worker, err = measureWorker(ctx, env); return })
 	step("secret calls, cache on", func() (err error) { r.CacheOn, err = measurePipeline(ctx, env, cacheOn); return })
 	step("secret calls, cache off", func() (err error) { r.CacheOff, err = measurePipeline(ctx, env, cacheOff); return })

@@ -23,6 +23,8 @@ type report struct {
 	Cold       []coldStart
 	Sizes      []bootstrapSize
 	Memory     lambdaMemory
+	Fair       []fairClaimSize
+	Overload   []overloadRun
 	Errors     []string
 }
 
@@ -299,6 +301,7 @@ func (r *report) markdown() string {
 	p("6. **Size and cold start.** Each `functions/*` folder is built with `CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w'` for linux/arm64 and linux/amd64 (a folder that does not build is reported and skipped), and so is a minimal aws-lambda-go function (`bench/minimal-lambda`) as the reference. Each amd64 bootstrap is started %d times, each in a fresh Lambda Runtime Interface Emulator on loopback ports (the emulator starts the bootstrap on the first invoke), the functions taking turns; the time is from the invoke POST to the response (the init phase beside it is the emulator's `INIT REPORT`: bootstrap start to its first request for work), and peak RSS is the bootstrap's `VmHWM` after that response. Events: dispatch `{}` (an empty migrated outbox: it sweeps and claims), push one SQS record whose claim does not exist (it starts nothing and acknowledges), any other function its first `events/*.json` or `{}`. Environment: `DATABASE_URL`, moto's `AWS_ENDPOINT_URL`, `AWS_REGION=us-east-1`, test keys, the queue's URL, `WEBHOOK_ALLOW_PRIVATE_NETWORKS=true`.\n", len(firstStarts(r.Cold)))
 	p("7. **Cost.** The 1,000-job runs of measurement 4, scaled to a million commands: Lambda requests = dispatch runs + push invocations; GB-seconds = each invocation's duration measured in-process, rounded up to 1 ms, × %s; SQS requests = SendMessageBatch calls counted at the stand-in + one ReceiveMessage and one DeleteMessageBatch per delivered batch (the event source mapping's empty polls are a fixed cost per queue, not per command, and are left out, as are the free tiers, EventBridge Scheduler and the $%.2f per secret per month); Secrets Manager = calls counted (with the cache on, real calls grow with containers × connections × TTL periods rather than with commands, so the scaled count holds only while that product stays at this run's share). The second cost row keeps every count and bills each push invocation for the warm batch time of measurement 2 instead. Prices, us-east-1, %s: Lambda $0.20 per million requests and $%.10f per GB-second (%s); SQS standard $0.40 per million requests; Secrets Manager $0.05 per 10,000 API calls. Sources: %s.\n",
 		r.Memory.Source, secretsManagerSecretUSD, pricesAsOf, r.Memory.gbSecondUSD(), r.Memory.Arch, strings.Join(pricingSources, ", "))
+	b.WriteString(overloadMarkdown(r.Overload, r.Fair))
 	return b.String()
 }
 

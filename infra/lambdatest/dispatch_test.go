@@ -90,6 +90,9 @@ func TestRIEDispatchFunction(t *testing.T) {
 	s := newStack(t, folder)
 	env := functionEnv(s.DatabaseURL, s.QueueURL)
 	env["CLAIM_BATCH_SIZE"] = "10" // a full run takes several batches
+	// The sample events' claim counts are those of one uncapped run (Acme's 30
+	// rows share one connection); the in-flight caps have their own tests.
+	env["CONNECTION_MAX_IN_FLIGHT"] = "0"
 	emu := startEmulator(t, logicalID, bin, env)
 
 	for i, ev := range events(t, folder) {

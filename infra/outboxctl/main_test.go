@@ -32,9 +32,10 @@ func TestMain(m *testing.M) {
 // fixture is a fresh database holding one organization's rows in every
 // state the views show.
 type fixture struct {
-	f   *testenv.Fixture
-	env map[string]string
-	org string
+	f    *testenv.Fixture
+	env  map[string]string
+	org  string
+	conn string
 
 	dead, failed, expired, accepted, overdue, completed string
 	conflict                                            string
@@ -49,6 +50,7 @@ func setup(t *testing.T) fixture {
 	f := pg.NewDB(t)
 	x := fixture{f: f, env: map[string]string{"DATABASE_URL": f.URL}, org: f.NewID(t)}
 	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: x.org})
+	x.conn = conn
 	cmd := func(status string, attempts int) string {
 		return f.Command(t, testenv.CommandOpts{OrganizationID: x.org, ConnectionID: conn, Status: status, AttemptCount: attempts,
 			CreatedAt: time.Now().Add(-time.Hour)})
@@ -62,6 +64,8 @@ func setup(t *testing.T) fixture {
 		}
 	}
 	exec(`update external_integration_outbox set last_error = 'provider said 422: unknown supplier' where id = $1`, x.dead)
+	exec(`insert into integration_outbox_connection_health (connection_id, organization_id, consecutive_failures,
+		opened_count, open_until, opened_at) values ($1, $2, 5, 1, now() + interval '1 minute', now())`, conn, x.org)
 	exec(`update external_integration_outbox set next_attempt_at = now() + interval '10 minutes', last_error = 'timeout' where id = $1`, x.failed)
 	exec(`update external_integration_outbox set claim_token = gen_random_uuid(), lease_expires_at = now() - interval '1 minute' where id = $1`, x.expired)
 	exec(`update external_integration_outbox set provider_status = 'accepted', updated_at = now() - interval '2 hours' where id = $1`, x.accepted)
@@ -244,7 +248,7 @@ func TestStuck(t *testing.T) {
 		t.Fatalf("stuck: %+v", r)
 	}
 	sections := strings.Split(r.stdout, "\n\n")
-	if len(sections) != 4 {
+	if len(sections) != 5 {
 		t.Fatalf("%d sections:\n%s", len(sections), r.stdout)
 	}
 	for i, want := range []struct{ head, id string }{
@@ -255,6 +259,10 @@ func TestStuck(t *testing.T) {
 			t.Errorf("section %d lacks %q with %s:\n%s", i, want.head, want.id, sections[i])
 		}
 	}
+	if !strings.Contains(sections[4], "tripped or failing circuit") || !strings.Contains(sections[4], x.conn) ||
+		!strings.Contains(sections[4], " open ") {
+		t.Errorf("circuit section lacks the open circuit of %s:\n%s", x.conn, sections[4])
+	}
 	// Thresholds move rows in and out.
 	r = x.run(t, "", "stuck", "-org", x.org, "-accepted-for", "3h", "-overdue-for", "2h")
 	if strings.Contains(r.stdout, x.accepted) || strings.Contains(r.stdout, x.overdue) {
@@ -262,7 +270,7 @@ func TestStuck(t *testing.T) {
 	}
 	// Another organization has nothing stuck.
 	r = x.run(t, "", "stuck", "-org", x.f.NewID(t))
-	if strings.Count(r.stdout, ": 0\n") != 4 {
+	if strings.Count(r.stdout, ": 0\n") != 5 {
 		t.Errorf("stuck for an empty organization:\n%s", r.stdout)
 	}
 }

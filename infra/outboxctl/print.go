@@ -118,6 +118,20 @@ func printStuck(w io.Writer, s report.Stuck, accepted, overdue time.Duration) {
 			}
 		}
 	}
+	c := s.Circuits
+	fmt.Fprintf(w, "\nconnections with a tripped or failing circuit (open: rows held back, using no attempts; half-open: one probe row): %d\n", c.Total)
+	if len(c.Circuits) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CONNECTION\tORGANIZATION\tPROVIDER\tSTATE\tFAILURES\tOPENED\tOPEN UNTIL\tWAITING ROWS")
+		for _, x := range c.Circuits {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%d\n", x.ConnectionID, x.OrganizationID, dash(x.Provider),
+				x.State, x.ConsecutiveFailures, x.OpenedCount, stamp(x.OpenUntil), x.Waiting)
+		}
+		tw.Flush()
+		if c.Total > len(c.Circuits) {
+			fmt.Fprintf(w, "(%d more: raise -limit)\n", c.Total-len(c.Circuits))
+		}
+	}
 }
 
 // jsonValue prints a column value: strings without quotes, null as "-".

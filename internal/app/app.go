@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
@@ -96,6 +97,10 @@ func (a *App) Routes() dispatch.Routes {
 	return dispatch.Routes{push.CommandType: a.Config.PushPurchaseOrderQueueURL}
 }
 
+// DispatchRoomWait is how long a dispatch run waits for rows in flight to
+// finish when an in-flight cap holds due rows back, before it claims again.
+const DispatchRoomWait = 250 * time.Millisecond
+
 // Dispatcher builds the dispatch handler.
 func (a *App) Dispatcher(sender dispatch.Sender) (*dispatch.Dispatcher, error) {
 	return a.dispatcher(sender, "dispatch")
@@ -109,7 +114,9 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 	return dispatch.New(outbox.NewStore(a.Pool), sender, dispatch.Config{
 		Routes: a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
 		MaxAttempts: a.Config.MaxAttempts, Lease: a.Config.Lease, Logger: a.Logger,
-		Metrics: metrics.NewEmitter(a.Out, function),
+		MaxInFlight: a.Config.DispatchMaxInFlight, ConnectionMaxInFlight: a.Config.ConnectionMaxInFlight,
+		RoomWait: DispatchRoomWait,
+		Metrics:  metrics.NewEmitter(a.Out, function),
 	})
 }
 
@@ -148,7 +155,9 @@ func (a *App) PushWorker(creds push.Credentials) (*push.Worker, error) {
 		}
 		creds = r
 	}
-	return push.New(outbox.NewStore(a.Pool), creds, push.Config{
+	store := outbox.NewStore(a.Pool).WithCircuit(outbox.Circuit{
+		FailureThreshold: a.Config.CircuitFailureThreshold, Cooldown: a.Config.CircuitCooldown})
+	return push.New(store, creds, push.Config{
 		Providers: a.Providers(), Concurrency: a.Config.PushConcurrency, MaxAttempts: a.Config.MaxAttempts,
 		ProviderTimeout: a.Config.ProviderTimeout, Logger: a.Logger,
 		Metrics: metrics.NewEmitter(a.Out, "push-purchase-order"),

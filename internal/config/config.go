@@ -38,6 +38,19 @@ type Config struct {
 	// RetentionAge is RETENTION_AGE: completed and unsupported rows older
 	// than this are deleted by functions/retention; zero (unset) is off.
 	RetentionAge time.Duration
+	// DispatchMaxInFlight caps the leased rows across all organizations
+	// (DISPATCH_MAX_IN_FLIGHT; 0: no cap). Default: 2 x PUSH_BATCH_SIZE x
+	// PUSH_MAXIMUM_CONCURRENCY, the batch every push invocation works on
+	// plus the next one waiting for it.
+	DispatchMaxInFlight int
+	// ConnectionMaxInFlight caps the leased rows of one connection unless
+	// its config_json.maxInFlight says otherwise (CONNECTION_MAX_IN_FLIGHT;
+	// 0: no cap).
+	ConnectionMaxInFlight   int
+	CircuitFailureThreshold int           // CIRCUIT_FAILURE_THRESHOLD (0: no circuit breaker)
+	CircuitCooldown         time.Duration // CIRCUIT_COOLDOWN
+	PushBatchSize           int           // PUSH_BATCH_SIZE: SQS records per push invocation
+	PushMaximumConcurrency  int           // PUSH_MAXIMUM_CONCURRENCY: most concurrent push invocations
 }
 
 // Need names what a function requires beyond the defaults.
@@ -69,9 +82,18 @@ func Load(getenv func(string) string, need Need) (Config, error) {
 		LogLevel:                  r.logLevel(),
 		AWSRegion:                 r.str("AWS_REGION", ""),
 		RetentionAge:              r.duration("RETENTION_AGE", 0),
+		ConnectionMaxInFlight:     r.intRange("CONNECTION_MAX_IN_FLIGHT", 10, 0, 1_000_000),
+		CircuitFailureThreshold:   r.intRange("CIRCUIT_FAILURE_THRESHOLD", 5, 0, 1_000_000),
+		CircuitCooldown:           r.duration("CIRCUIT_COOLDOWN", time.Minute),
+		PushBatchSize:             r.intRange("PUSH_BATCH_SIZE", 10, 1, 10_000),
+		PushMaximumConcurrency:    r.intRange("PUSH_MAXIMUM_CONCURRENCY", 5, 1, 10_000),
 	}
 	if c.RetentionAge != 0 && c.RetentionAge < time.Hour {
 		r.fail("RETENTION_AGE", fmt.Sprintf("must be empty (off) or at least 1h, got %q", r.str("RETENTION_AGE", "")))
+	}
+	c.DispatchMaxInFlight = r.intRange("DISPATCH_MAX_IN_FLIGHT", 2*c.PushBatchSize*c.PushMaximumConcurrency, 0, 1_000_000)
+	if c.CircuitCooldown < time.Second || c.CircuitCooldown > time.Hour {
+		r.fail("CIRCUIT_COOLDOWN", fmt.Sprintf("must be from 1s to 1h, got %s", c.CircuitCooldown))
 	}
 	if c.DatabaseURL == "" && c.DatabaseSecretARN == "" {
 		r.fail("DATABASE_URL", "is required (or DATABASE_SECRET_ARN)")

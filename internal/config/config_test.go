@@ -18,7 +18,9 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{DatabaseURL: "postgres://x/y", ClaimBatchSize: 50, DispatchMaxPerRun: 5000, MaxAttempts: 10,
 		Lease: 2400 * time.Second, PushConcurrency: 10, ProviderTimeout: 10 * time.Second,
-		CredentialReferencePrefix: "integrations/", CredentialCacheTTL: 5 * time.Minute, LogLevel: slog.LevelInfo}
+		CredentialReferencePrefix: "integrations/", CredentialCacheTTL: 5 * time.Minute, LogLevel: slog.LevelInfo,
+		DispatchMaxInFlight: 100, ConnectionMaxInFlight: 10, CircuitFailureThreshold: 5, CircuitCooldown: time.Minute,
+		PushBatchSize: 10, PushMaximumConcurrency: 5}
 	if c != want {
 		t.Errorf("got %+v\nwant %+v", c, want)
 	}
@@ -81,6 +83,14 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"LOG_LEVEL", map[string]string{"DATABASE_URL": "x", "LOG_LEVEL": "loud"}, 0},
 		{"AWS_LAMBDA_LOG_LEVEL", map[string]string{"DATABASE_URL": "x", "AWS_LAMBDA_LOG_LEVEL": "verbose"}, 0},
 		{"PUSH_CONCURRENCY", map[string]string{"DATABASE_URL": "x", "PUSH_CONCURRENCY": "many"}, 0},
+		{"DISPATCH_MAX_IN_FLIGHT", map[string]string{"DATABASE_URL": "x", "DISPATCH_MAX_IN_FLIGHT": "-1"}, 0},
+		{"CONNECTION_MAX_IN_FLIGHT", map[string]string{"DATABASE_URL": "x", "CONNECTION_MAX_IN_FLIGHT": "ten"}, 0},
+		{"CIRCUIT_FAILURE_THRESHOLD", map[string]string{"DATABASE_URL": "x", "CIRCUIT_FAILURE_THRESHOLD": "1.5"}, 0},
+		{"CIRCUIT_COOLDOWN", map[string]string{"DATABASE_URL": "x", "CIRCUIT_COOLDOWN": "a while"}, 0},
+		{"CIRCUIT_COOLDOWN", map[string]string{"DATABASE_URL": "x", "CIRCUIT_COOLDOWN": "500ms"}, 0},
+		{"CIRCUIT_COOLDOWN", map[string]string{"DATABASE_URL": "x", "CIRCUIT_COOLDOWN": "2h"}, 0},
+		{"PUSH_BATCH_SIZE", map[string]string{"DATABASE_URL": "x", "PUSH_BATCH_SIZE": "0"}, 0},
+		{"PUSH_MAXIMUM_CONCURRENCY", map[string]string{"DATABASE_URL": "x", "PUSH_MAXIMUM_CONCURRENCY": "x"}, 0},
 	} {
 		_, err := Load(env(tc.env), tc.need)
 		if err == nil || !strings.Contains(err.Error(), tc.name) {
@@ -111,5 +121,22 @@ func TestLambdaLogLevelWinsOverLogLevel(t *testing.T) {
 		if err != nil || c.LogLevel != tc.want {
 			t.Errorf("AWS_LAMBDA_LOG_LEVEL=%q LOG_LEVEL=%q: got %v, %v; want %v", tc.lambda, tc.logLevel, c.LogLevel, err, tc.want)
 		}
+	}
+}
+
+func TestOverloadVariables(t *testing.T) {
+	// DISPATCH_MAX_IN_FLIGHT derives from the push side unless set; 0 turns
+	// a cap off; CIRCUIT_COOLDOWN reads like PROVIDER_TIMEOUT.
+	c, err := Load(env(map[string]string{"DATABASE_URL": "x", "PUSH_BATCH_SIZE": "10", "PUSH_MAXIMUM_CONCURRENCY": "2",
+		"CONNECTION_MAX_IN_FLIGHT": "0", "CIRCUIT_FAILURE_THRESHOLD": "3", "CIRCUIT_COOLDOWN": "90"}), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DispatchMaxInFlight != 40 || c.ConnectionMaxInFlight != 0 || c.CircuitFailureThreshold != 3 || c.CircuitCooldown != 90*time.Second {
+		t.Errorf("unexpected %+v", c)
+	}
+	c, err = Load(env(map[string]string{"DATABASE_URL": "x", "DISPATCH_MAX_IN_FLIGHT": "0", "CIRCUIT_COOLDOWN": "2m30s"}), 0)
+	if err != nil || c.DispatchMaxInFlight != 0 || c.CircuitCooldown != 150*time.Second {
+		t.Errorf("explicit values: %+v, %v", c, err)
 	}
 }

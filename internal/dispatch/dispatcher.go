@@ -5,6 +5,7 @@ package dispatch
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,7 +28,7 @@ import (
 // Store is what the dispatcher needs of the outbox.
 type Store interface {
 	DeadLetterExpired(ctx context.Context, p outbox.ClaimParams) (int, error)
-	Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Claim, error)
+	ClaimBatch(ctx context.Context, p outbox.ClaimParams) (outbox.Batch, error)
 	Release(ctx context.Context, claims []outbox.Claim) (int, error)
 	MarkUnsupported(ctx context.Context, claims []outbox.Claim, reason string) (int, error)
 	DeadLetterNoConnection(ctx context.Context, claims []outbox.Claim) (int, error)
@@ -49,6 +50,17 @@ type Config struct {
 	MaxPerRun   int           // DISPATCH_MAX_PER_RUN
 	MaxAttempts int           // MAX_ATTEMPTS
 	Lease       time.Duration // LEASE_SECONDS
+	// MaxInFlight caps the leased rows across all organizations
+	// (DISPATCH_MAX_IN_FLIGHT; 0: no cap).
+	MaxInFlight int
+	// ConnectionMaxInFlight caps the leased rows of one connection unless
+	// its config_json.maxInFlight says otherwise (CONNECTION_MAX_IN_FLIGHT;
+	// 0: no cap).
+	ConnectionMaxInFlight int
+	// RoomWait is how long a run waits before claiming again when an
+	// in-flight cap held due rows back: rows in flight finish and make
+	// room. 0, or a context without a deadline: the run ends instead.
+	RoomWait time.Duration
 	// Reserve is the time left before the invocation's deadline at which a
 	// run stops claiming (default 10s).
 	Reserve time.Duration
@@ -62,6 +74,13 @@ type Dispatcher struct {
 	store  Store
 	sender Sender
 	cfg    Config
+
+	mu sync.Mutex
+	// after is where the next claim's walk over organizations starts: each
+	// claim continues after the last organization the previous one served,
+	// so that with more organizations than a batch holds all get their
+	// turn. A new container starts at a random one.
+	after string
 }
 
 // New returns a dispatcher.
@@ -75,7 +94,7 @@ func New(store Store, sender Sender, cfg Config) (*Dispatcher, error) {
 	cfg.Lease = cmp.Or(cfg.Lease, 2400*time.Second)
 	cfg.Reserve = cmp.Or(cfg.Reserve, 10*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	return &Dispatcher{store: store, sender: sender, cfg: cfg}, nil
+	return &Dispatcher{store: store, sender: sender, cfg: cfg, after: randomUUID()}, nil
 }
 
 // Summary is a dispatch invocation's output (contract).
@@ -107,6 +126,7 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 	)
 	defer func() { d.emit(s, run) }()
 	scope := outbox.ClaimParams{MaxAttempts: d.cfg.MaxAttempts, Lease: d.cfg.Lease,
+		MaxInFlight: d.cfg.MaxInFlight, ConnectionMaxInFlight: d.cfg.ConnectionMaxInFlight,
 		OrganizationID: req.OrganizationID, IDs: req.IDs}
 	if n, err := d.store.DeadLetterExpired(ctx, scope); err != nil {
 		return s, err
@@ -125,30 +145,69 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 		}
 		want := min(d.cfg.BatchSize, limit-s.Claimed)
 		scope.Limit = want
-		claims, err := d.store.Claim(ctx, scope)
+		d.mu.Lock()
+		scope.After = d.after
+		d.mu.Unlock()
+		batch, err := d.store.ClaimBatch(ctx, scope)
 		if err != nil {
 			return s, err
 		}
+		claims := batch.Claims
+		d.mu.Lock()
+		d.after = batch.NextAfter(scope.After)
+		d.mu.Unlock()
 		s.Claimed += len(claims)
 		for _, c := range claims {
 			if c.Reclaimed {
 				run.reclaimed++
 			}
+			if c.Probe {
+				run.probes++
+				log.InfoContext(ctx, "circuit half-open: probe row claimed", "outboxId", c.ID,
+					"organizationId", c.OrganizationID, "connectionId", c.ConnectionID)
+			}
 		}
 		done, err := d.dispatchBatch(ctx, log, claims, &s, &run)
-		if err != nil || done || len(claims) < want {
+		if err != nil || done {
 			logSummary(ctx, log, s, run, err)
 			return s, err
+		}
+		if len(claims) < want {
+			// Nothing more is due, or an in-flight cap holds the rest back:
+			// wait for room when the run may, else end.
+			if !batch.Held || d.cfg.RoomWait <= 0 || !d.wait(ctx) {
+				break
+			}
+			run.waits++
 		}
 	}
 	logSummary(ctx, log, s, run, nil)
 	return s, nil
 }
 
+// wait sleeps RoomWait unless that would run into the time budget or ctx
+// ends; it says whether the run may claim again. A run without a deadline
+// (never the case in Lambda) does not wait: nothing would end it.
+func (d *Dispatcher) wait(ctx context.Context) bool {
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl)-d.cfg.RoomWait < d.cfg.Reserve {
+		return false
+	}
+	t := time.NewTimer(d.cfg.RoomWait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // runStats counts what a run did beyond its Summary.
 type runStats struct {
 	reclaimed    int // rows claimed again after their lease expired
 	deadLettered int // expired leases with no attempts left
+	probes       int // probe rows of half-open circuits
+	waits        int // waits for room under an in-flight cap
 	noConnection int // rows without a connection, ended as configuration_invalid
 }
 
@@ -157,6 +216,7 @@ func (d *Dispatcher) emit(s Summary, run runStats) {
 		metrics.Counter("Claimed", s.Claimed), metrics.Counter("Dispatched", s.Dispatched),
 		metrics.Counter("Released", s.Released), metrics.Counter("Unsupported", s.Unsupported),
 		metrics.Counter("LeasesReclaimed", run.reclaimed), metrics.Counter("DeadLettered", run.deadLettered),
+		metrics.Counter("CircuitProbes", run.probes), metrics.Counter("InFlightCapWaits", run.waits),
 		metrics.Counter("NoConnection", run.noConnection))
 }
 
@@ -305,6 +365,15 @@ func (d *Dispatcher) sendBatch(ctx context.Context, queue string, claims []outbo
 		failed = append(failed, c)
 	}
 	return sent, failed, nil
+}
+
+// randomUUID returns a random version 4 uuid in its text form.
+func randomUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 func errString(err error) string {

@@ -158,12 +158,14 @@ func TestConsoleLimitAndOrganization(t *testing.T) {
 	b.commands(t, 30, testenv.CommandOpts{})
 	other := b.f.NewID(t)
 	otherConn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: other})
-	b.f.Command(t, testenv.CommandOpts{OrganizationID: other, ConnectionID: otherConn, EntityID: b.po})
 	d := b.dispatcher(t, nil, 50)
 	s, err := d.Handle(context.Background(), json.RawMessage(`{"limit": 7}`))
 	if err != nil || s.Claimed != 7 || s.Dispatched != 7 {
 		t.Fatalf("limit 7: %+v %v", s, err)
 	}
+	// (Created only now: organizations are interleaved, so the limit-7 run
+	// would have taken it beside the first organization's rows.)
+	b.f.Command(t, testenv.CommandOpts{OrganizationID: other, ConnectionID: otherConn, EntityID: b.po})
 	s, err = d.Handle(context.Background(), json.RawMessage(fmt.Sprintf(`{"limit": 100, "organizationId": %q}`, other)))
 	if err != nil || s.Claimed != 1 {
 		t.Fatalf("tenant run: %+v %v", s, err)
@@ -327,4 +329,49 @@ func deref(s *string) string {
 		return "<nil>"
 	}
 	return *s
+}
+
+func TestRunWaitsForRoomUnderTheInFlightCapAndNeverExceedsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.commands(t, 12, testenv.CommandOpts{})
+	d, err := dispatch.New(outbox.NewStore(b.f.Pool), b.sqs, dispatch.Config{
+		Routes: dispatch.Routes{"push_purchase_order": b.queue}, BatchSize: 50, MaxPerRun: 5000,
+		MaxAttempts: 10, Lease: 15 * time.Minute, MaxInFlight: 4, RoomWait: 20 * time.Millisecond,
+		Reserve: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A consumer that finishes whatever is leased, noting the most it saw.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan int)
+	go func() {
+		most := 0
+		for ctx.Err() == nil {
+			var n int
+			if err := b.f.Pool.QueryRow(ctx, `with leased as (
+					select id from external_integration_outbox where status = 'processing' and lease_expires_at > now()),
+				done as (update external_integration_outbox set status = 'completed', completed_at = now(),
+					lease_expires_at = null where id in (select id from leased))
+				select count(*) from leased`).Scan(&n); err != nil {
+				break
+			}
+			most = max(most, n)
+			time.Sleep(30 * time.Millisecond)
+		}
+		done <- most
+	}()
+	s, err := d.Run(ctx, dispatch.Request{})
+	cancel()
+	most := <-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Claimed != 12 || s.Dispatched != 12 {
+		t.Errorf("run claimed %d, dispatched %d; want all 12, waiting for room under the cap", s.Claimed, s.Dispatched)
+	}
+	if most > 4 {
+		t.Errorf("%d rows leased at once, above DISPATCH_MAX_IN_FLIGHT 4", most)
+	}
 }

@@ -118,7 +118,6 @@ func TestPostgresRestartMidBatch(t *testing.T) {
 				CreatedAt: time.Now().Add(time.Duration(10*i+j-100) * time.Second)}))
 		}
 	}
-	unsent := ids[20:] // the third claim of ten: its send fails as the database goes down
 
 	// 1. A dispatch run: two batches sent, then the database dies while the
 	// third is being sent, so its rows cannot be released.
@@ -197,9 +196,16 @@ func TestPostgresRestartMidBatch(t *testing.T) {
 	for _, m := range first {
 		firstIDs[mustDecode(t, m.Body)] = true
 	}
+	// The third claim of ten (organizations interleave, so any ten of the
+	// thirty): its send failed as the database went down.
 	unsentIDs := map[string]bool{}
-	for _, id := range unsent {
-		unsentIDs[id] = true
+	for _, id := range ids {
+		if !firstIDs[id] && !secondIDs[id] {
+			unsentIDs[id] = true
+		}
+	}
+	if len(firstIDs) != 10 || len(secondIDs) != 10 || len(unsentIDs) != 10 {
+		t.Fatalf("batches of %d, %d and %d rows, want 10 each", len(firstIDs), len(secondIDs), len(unsentIDs))
 	}
 	for _, id := range ids {
 		r := all[id]

@@ -4,63 +4,259 @@ package outbox
 // organization_id, and every write that follows a claim is fenced by the
 // claim_token the claim handed out.
 
-// claimSQL claims up to $1 rows, oldest first: due rows of the claimable
-// states; rows whose lease expired before the provider accepted them (crash
-// recovery); and rows the provider accepted whose follow-up is due (pushed
-// again with the same idempotency key, so the provider can say it is done).
-// $2 MAX_ATTEMPTS, $3 lease seconds, $4 optional organization, $5 optional id
-// list (a rerun's dispatchNow).
+// claimSQL claims up to $1 rows, within the in-flight limits, organizations
+// interleaved: every organization with due rows gets a turn before any gets
+// a second one, oldest first within each. Candidates: due rows of the
+// claimable states; rows whose lease expired before the provider accepted
+// them (crash recovery); rows the provider accepted whose follow-up is due
+// (pushed again with the same idempotency key, so the provider can say it is
+// done); and due rows without a connection.
+//
+// The due rows come from a skip scan over the (organization, connection)
+// pairs of the claimable index, starting after the organization $8 (the
+// dispatcher rotates it) and wrapping around; it stops once it has as many
+// organizations with a claimable row as the claim may take, so a claim costs
+// O(batch) index probes however many rows and tenants wait.
+//
+// Limits: at most $6 leased rows across all organizations (0: none), at
+// most the connection's config_json.maxInFlight, else $7 (0: none), leased
+// rows per connection; no row of a connection whose circuit is open, and one
+// probe row at a time (none other in flight) once its cooldown is over.
+// $2 MAX_ATTEMPTS, $3 lease seconds, $4 optional organization, $5 optional
+// id list (a rerun's dispatchNow).
+//
+// The claimed rows come back with a null summary column; one last row with
+// a null id says whether a limit held due rows back (the dispatcher then
+// waits for room instead of ending its run).
 const claimSQL = `
-with due as (
-    select id, created_at from external_integration_outbox
-    where status in ('queued', 'failed')
+with recursive budget as (
+    select case when $6::int > 0 then greatest(0, least($1::int, $6::int - (
+            select count(*) from (
+                select 1 from external_integration_outbox
+                where status = 'processing' and provider_status is null and lease_expires_at > now()
+                limit $6::int) leased)::int))
+        else $1::int end as room
+), walk(org, conn, lap, room, probe, ok, held, org_ok, found) as (
+    select p.org, p.conn, p.lap, e.room, e.probe, e.ok, e.held, e.ok, e.ok::int
+    from (
+        select * from (
+            (select o.organization_id as org, o.integration_connection_id as conn, 0 as lap
+             from external_integration_outbox o
+             where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+               and o.organization_id > $8::uuid and ($4::uuid is null or o.organization_id = $4)
+             order by o.organization_id, o.integration_connection_id
+             limit 1)
+            union all
+            (select o.organization_id, o.integration_connection_id, 1
+             from external_integration_outbox o
+             where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+               and ($4::uuid is null or o.organization_id = $4)
+             order by o.organization_id, o.integration_connection_id
+             limit 1)
+        ) first_pair
+        limit 1
+    ) p
+    cross join lateral (` + pairEligibility + `) e
+    where $5::text[] is null and (select room from budget) > 0
+  union all
+    select p.org, p.conn, p.lap, e.room, e.probe, e.ok, e.held,
+        e.ok or (p.org = w.org and w.org_ok),
+        w.found + case when e.ok and not (p.org = w.org and w.org_ok) then 1 else 0 end
+    from walk w
+    cross join lateral (
+        select * from (
+            (select o.organization_id as org, o.integration_connection_id as conn, w.lap as lap
+             from external_integration_outbox o
+             where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+               and o.organization_id = w.org and o.integration_connection_id > w.conn
+             order by o.integration_connection_id
+             limit 1)
+            union all
+            (select o.organization_id, o.integration_connection_id, w.lap
+             from external_integration_outbox o
+             where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+               and o.organization_id > w.org and ($4::uuid is null or o.organization_id = $4)
+             order by o.organization_id, o.integration_connection_id
+             limit 1)
+            union all
+            (select o.organization_id, o.integration_connection_id, 1
+             from external_integration_outbox o
+             where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+               and w.lap = 0 and ($4::uuid is null or o.organization_id = $4)
+             order by o.organization_id, o.integration_connection_id
+             limit 1)
+        ) next_pair
+        limit 1
+    ) p
+    cross join lateral (` + pairEligibility + `) e
+    where w.found < (select room from budget) and (p.lap = 0 or p.org <= $8::uuid)
+), walked as (
+    select * from walk where ok
+), due as (
+    select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed
+    from walked w
+    cross join lateral (
+        select d.id, d.organization_id, d.integration_connection_id, d.created_at
+        from external_integration_outbox d
+        where d.organization_id = w.org and d.integration_connection_id = w.conn
+          and d.status in ('queued', 'failed')
+          and coalesce(d.next_attempt_at, now()) <= now()
+          and d.attempt_count < $2
+        order by d.created_at
+        -- Enough for this organization to fill the batch if the others
+        -- have one row each.
+        -- One more than the room shows a pair the limit holds back.
+        limit least(w.room + 1, greatest((select room from budget) - (select count(distinct org) from walked)::int + 1, 1))
+        for update skip locked
+    ) d
+), orphan as (
+    select id, organization_id, integration_connection_id, created_at, false as reclaimed
+    from external_integration_outbox
+    where status in ('queued', 'failed') and integration_connection_id is null
       and coalesce(next_attempt_at, now()) <= now()
       and attempt_count < $2
       and ($4::uuid is null or organization_id = $4)
-      and ($5::text[] is null or id = any($5::text[]::uuid[]))
+      and $5::text[] is null
     order by created_at
-    limit $1
+    limit (select room from budget)
+    for update skip locked
+), listed as (
+    select id, organization_id, integration_connection_id, created_at, false as reclaimed
+    from external_integration_outbox
+    where $5::text[] is not null and id = any($5::text[]::uuid[])
+      and status in ('queued', 'failed')
+      and coalesce(next_attempt_at, now()) <= now()
+      and attempt_count < $2
+      and ($4::uuid is null or organization_id = $4)
+    order by created_at
+    limit (select room from budget)
     for update skip locked
 ), expired as (
-    select id, created_at from external_integration_outbox
+    select id, organization_id, integration_connection_id, created_at, true as reclaimed
+    from external_integration_outbox
     where status = 'processing' and provider_status is null
       and lease_expires_at < now()
       and attempt_count < $2
       and ($4::uuid is null or organization_id = $4)
       and ($5::text[] is null or id = any($5::text[]::uuid[]))
     order by created_at
-    limit $1
+    limit (select room from budget)
     for update skip locked
 ), follow_up as (
-    select id, created_at from external_integration_outbox
+    select id, organization_id, integration_connection_id, created_at, false as reclaimed
+    from external_integration_outbox
     where status = 'processing' and provider_status is not null
       and next_attempt_at <= now()
       and attempt_count < $2
       and ($4::uuid is null or organization_id = $4)
       and ($5::text[] is null or id = any($5::text[]::uuid[]))
     order by created_at
-    limit $1
+    limit (select room from budget)
     for update skip locked
+), candidates as (
+    select * from due
+    union all select * from orphan
+    union all select * from listed
+    union all select * from expired
+    union all select * from follow_up
+), conns as (
+    -- The walk already knows the room of its pairs; only the connections
+    -- of other candidates (reclaims, follow-ups, listed ids) are looked up.
+    select w.org, w.conn, w.room, w.probe from walked w
+    union all
+    select p.org, p.conn, e.room, e.probe
+    from (select distinct c.organization_id as org, c.integration_connection_id as conn
+          from candidates c
+          where c.integration_connection_id is not null
+            and not exists (select 1 from walked w
+                            where w.org = c.organization_id and w.conn = c.integration_connection_id)) p
+    cross join lateral (` + connectionRoom + `) e
+), ranked as (
+    select c.*, coalesce(k.probe, false) as probe,
+        c.integration_connection_id is null or c.conn_rank <= k.room as within
+    from (
+        select c.*, row_number() over (
+                partition by c.organization_id, c.integration_connection_id order by c.created_at) as conn_rank
+        from candidates c
+    ) c
+    left join conns k on k.org = c.organization_id and k.conn = c.integration_connection_id
+), allowed as (
+    select * from ranked where within
 ), picked as (
-    select id from (select * from due union all select * from expired union all select * from follow_up) candidates
-    order by created_at
-    limit $1
+    select a.id, a.reclaimed, a.probe
+    from (
+        select a.*, row_number() over (partition by a.organization_id order by a.created_at) as org_rank
+        from allowed a
+    ) a
+    order by a.org_rank, a.created_at
+    limit (select room from budget)
+), claimed as (
+    update external_integration_outbox o
+    set status = 'processing',
+        attempt_count = o.attempt_count + 1,
+        claim_token = gen_random_uuid(),
+        claimed_at = now(),
+        lease_expires_at = now() + make_interval(secs => $3),
+        started_at = null,
+        next_attempt_at = null,
+        provider_status = null,
+        updated_at = now()
+    from picked
+    where o.id = picked.id
+    returning o.id, o.organization_id, o.integration_connection_id, o.command_type, o.claim_token,
+        o.attempt_count, picked.reclaimed, picked.probe, o.created_at
 )
-update external_integration_outbox o
-set status = 'processing',
-    attempt_count = o.attempt_count + 1,
-    claim_token = gen_random_uuid(),
-    claimed_at = now(),
-    lease_expires_at = now() + make_interval(secs => $3),
-    started_at = null,
-    next_attempt_at = null,
-    provider_status = null,
-    updated_at = now()
-from picked
-where o.id = picked.id
-returning o.id::text, o.organization_id::text, coalesce(o.integration_connection_id::text, ''),
-    coalesce(o.command_type, ''), o.claim_token::text, o.attempt_count,
-    o.id in (select id from expired) as reclaimed, o.created_at`
+select id::text, organization_id::text, coalesce(integration_connection_id::text, ''),
+    coalesce(command_type, ''), claim_token::text, attempt_count, reclaimed, probe, created_at, null::bool
+from claimed
+union all
+select null, null, null, null, null, null, null, null, null,
+    (select room from budget) < $1::int or coalesce((select bool_or(held) from walk), false)
+        or exists (select 1 from ranked where not within)`
+
+// connectionRoom is how many more rows of the connection p.conn (of the
+// organization p.org) a claim may lease: none while its circuit is open; one
+// probe, when nothing else of it is in flight, once the cooldown is over;
+// else its in-flight limit (config_json.maxInFlight, a positive number, else
+// $7; none when both are unset) minus its leased rows. probe says the row
+// would be the half-open circuit's probe.
+const connectionRoom = `
+    select coalesce(h.open_until > now(), false) as open,
+        h.open_until is not null as probe,
+        case when h.open_until > now() then 0
+             when h.open_until is not null then case when f.n = 0 then 1 else 0 end
+             when cap.n is null then 1000000
+             else greatest(cap.n - f.n, 0) end as room
+    from (select coalesce((
+            select case when jsonb_typeof(c.config_json -> 'maxInFlight') = 'number'
+                         and (c.config_json ->> 'maxInFlight')::numeric >= 1
+                    then least(floor((c.config_json ->> 'maxInFlight')::numeric), 1000000)::int end
+            from integration_connections c
+            where c.id = p.conn and c.organization_id = p.org), nullif($7::int, 0)) as n) cap
+    cross join lateral (
+        select count(*)::int as n from (
+            select 1 from external_integration_outbox l
+            where l.integration_connection_id = p.conn
+              and l.status = 'processing' and l.provider_status is null and l.lease_expires_at > now()
+            limit coalesce(cap.n, 1)) leased
+    ) f
+    left join integration_outbox_connection_health h on h.connection_id = p.conn`
+
+// pairEligibility says whether the walk's pair p (organization p.org,
+// connection p.conn) has a row the claim may take (ok), or due rows that an
+// in-flight limit holds back (held). A pair whose circuit is open costs no
+// look at its rows.
+const pairEligibility = `
+    select k.room, k.probe, k.room > 0 and k.due as ok, k.room = 0 and k.due as held
+    from (
+        select r.room, r.probe, not r.open and exists (
+                select 1 from external_integration_outbox d
+                where d.organization_id = p.org and d.integration_connection_id = p.conn
+                  and d.status in ('queued', 'failed')
+                  and coalesce(d.next_attempt_at, now()) <= now()
+                  and d.attempt_count < $2) as due
+        from (` + connectionRoom + `) r
+    ) k`
 
 // deadLetterExpiredSQL moves rows whose lease expired after their last
 // attempt, and accepted rows whose follow-up is due with no attempts left, to
@@ -215,7 +411,12 @@ left join lateral (
 // recordSQL records the results of started jobs, fenced by their claim token,
 // opens one conflict per row that reached dead_letter, and appends one
 // attempt-history row per recorded result (a stale token records neither):
-// the history costs no statement of its own.
+// the history costs no statement of its own. Its circuit CTEs feed the
+// connections' circuit breakers from the recorded results ($17: a
+// provider call's "success" or retryable "failure", or null; $18
+// CIRCUIT_FAILURE_THRESHOLD, 0: off; $19 CIRCUIT_COOLDOWN seconds): see
+// circuitSQL. It returns the recorded ids, then one row per circuit that
+// changed state (a null id).
 const recordSQL = `
 with res as (
     select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[], $5::text[], $6::text[],
@@ -264,5 +465,77 @@ with res as (
         coalesce(u.finished_at, now()), u.status, coalesce(u.provider_called, false), u.http_status,
         left(u.attempt_error, 1000), u.provider_reference, u.provider_status
     from updated u
-)
-select id::text from updated`
+)` + circuitSQL + `
+select id::text, null, null, null from updated
+union all
+select null, connection_id::text, transition, open_until from circuit_changes`
+
+// circuitSQL is recordSQL's circuit breaker part: per connection, a recorded
+// success closes its circuit; retryable failures add to its consecutive
+// failures, and open the circuit for $19 seconds once they reach $18. A
+// failure once the cooldown is over (the probe's) opens it again for twice
+// the previous cooldown, at most an hour. A success where nothing failed
+// writes nothing. Rows are locked in connection order (no deadlock between
+// concurrent batches).
+const circuitSQL = `, circuit_signals as (
+    select u.organization_id, u.integration_connection_id as connection_id,
+        count(*) filter (where r.circuit = 'failure') as failures,
+        bool_or(r.circuit = 'success') as succeeded
+    from updated u
+    join unnest($1::text[]::uuid[], $17::text[]) as r(id, circuit) on r.id = u.id
+    where $18::int > 0 and u.integration_connection_id is not null and r.circuit is not null
+    group by u.organization_id, u.integration_connection_id
+), circuit_before as (
+    select h.connection_id, h.open_until
+    from integration_outbox_connection_health h
+    where h.connection_id in (select connection_id from circuit_signals)
+), circuit_after as (
+    insert into integration_outbox_connection_health as h (connection_id, organization_id,
+        consecutive_failures, opened_count, open_until, opened_at, updated_at)
+    select s.connection_id, s.organization_id,
+        case when s.succeeded then 0 else s.failures end,
+        case when not s.succeeded and s.failures >= $18 then 1 else 0 end,
+        case when not s.succeeded and s.failures >= $18 then now() + make_interval(secs => $19) end,
+        case when not s.succeeded and s.failures >= $18 then now() end,
+        now()
+    from circuit_signals s
+    where not s.succeeded or exists (select 1 from circuit_before b where b.connection_id = s.connection_id)
+    order by s.connection_id
+    on conflict (connection_id) do update
+    set consecutive_failures = case when excluded.consecutive_failures = 0 then 0
+            else h.consecutive_failures + excluded.consecutive_failures end,
+        open_until = case
+            when excluded.consecutive_failures = 0 then null
+            when h.open_until is null then case
+                when h.consecutive_failures + excluded.consecutive_failures >= $18
+                then now() + make_interval(secs => $19) end
+            when h.open_until > now() then h.open_until
+            else now() + make_interval(secs => least($19 * power(2, least(h.opened_count, 20)), greatest($19, 3600)))
+        end,
+        opened_count = case
+            when excluded.consecutive_failures = 0 then 0
+            when h.open_until is null then case
+                when h.consecutive_failures + excluded.consecutive_failures >= $18 then 1 else 0 end
+            when h.open_until > now() then h.opened_count
+            else h.opened_count + 1
+        end,
+        opened_at = case
+            when excluded.consecutive_failures = 0 then null
+            when h.open_until is null or h.open_until <= now() then case
+                when h.open_until is not null or h.consecutive_failures + excluded.consecutive_failures >= $18
+                then now() else h.opened_at end
+            else h.opened_at
+        end,
+        updated_at = now()
+    where excluded.consecutive_failures > 0 or h.consecutive_failures > 0 or h.open_until is not null
+    returning h.connection_id, h.open_until
+), circuit_changes as (
+    select a.connection_id, a.open_until,
+        case when a.open_until is null then 'closed'
+             when b.open_until is null then 'opened'
+             else 'reopened' end as transition
+    from circuit_after a
+    left join circuit_before b on b.connection_id = a.connection_id
+    where (a.open_until is null) <> (b.open_until is null)
+       or (b.open_until <= now() and a.open_until > now())
+)`

@@ -4,6 +4,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,11 +35,51 @@ type DB interface {
 
 // Store runs the outbox statements.
 type Store struct {
-	db DB
+	db      DB
+	circuit Circuit
 }
 
-// NewStore returns a store on db.
+// NewStore returns a store on db, its circuit breaker off.
 func NewStore(db DB) *Store { return &Store{db: db} }
+
+// Circuit configures the circuit breaker that Record feeds.
+type Circuit struct {
+	// FailureThreshold is how many consecutive retryable failures of a
+	// connection open its circuit (CIRCUIT_FAILURE_THRESHOLD). 0: off.
+	FailureThreshold int
+	// Cooldown is how long a circuit first stays open (CIRCUIT_COOLDOWN); it
+	// doubles each time the probe fails, up to an hour.
+	Cooldown time.Duration
+}
+
+// WithCircuit returns a store on the same database whose Record feeds the
+// circuit breaker c.
+func (s *Store) WithCircuit(c Circuit) *Store { return &Store{db: s.db, circuit: c} }
+
+// Circuit signals of an Outcome.
+const (
+	// CircuitSuccess: the provider answered (the connection works).
+	CircuitSuccess = "success"
+	// CircuitFailure: the provider call failed in a retryable way.
+	CircuitFailure = "failure"
+)
+
+// CircuitChange is a circuit that changed state as results were recorded.
+type CircuitChange struct {
+	ConnectionID string
+	// Transition is "opened", "reopened" (the probe failed) or "closed".
+	Transition string
+	// OpenUntil is when the cooldown ends (zero once closed).
+	OpenUntil time.Time
+}
+
+// Recorded is what Record stored.
+type Recorded struct {
+	// IDs are the rows whose result was recorded.
+	IDs []string
+	// Circuits are the circuits the results changed.
+	Circuits []CircuitChange
+}
 
 // Claim is one row claimed for dispatch.
 type Claim struct {
@@ -50,6 +91,9 @@ type Claim struct {
 	AttemptCount   int
 	// Reclaimed is set when the row was claimed again after its lease expired.
 	Reclaimed bool
+	// Probe is set when the row is the probe of its connection's half-open
+	// circuit.
+	Probe     bool
 	CreatedAt time.Time
 }
 
@@ -58,6 +102,19 @@ type ClaimParams struct {
 	Limit       int
 	MaxAttempts int
 	Lease       time.Duration
+	// MaxInFlight caps the leased rows across all organizations
+	// (DISPATCH_MAX_IN_FLIGHT): a claim takes at most MaxInFlight minus the
+	// rows in flight. 0: no cap.
+	MaxInFlight int
+	// ConnectionMaxInFlight caps the leased rows of one connection
+	// (CONNECTION_MAX_IN_FLIGHT) unless its config_json.maxInFlight says
+	// otherwise. 0: no cap.
+	ConnectionMaxInFlight int
+	// After is the organization id the claim's walk over organizations
+	// starts after (it wraps around); the dispatcher rotates it so that
+	// successive claims serve every organization in turn. Empty: from the
+	// start.
+	After string
 	// OrganizationID, when set, claims only that organization's rows.
 	OrganizationID string
 	// IDs, when non-nil, claims only these rows.
@@ -75,26 +132,121 @@ func (p ClaimParams) scope() (org, ids any) {
 	return org, ids
 }
 
-// Claim claims up to p.Limit due rows, oldest first, skipping rows other
-// claimers hold: each gets status processing, attempt_count+1, a fresh claim
-// token and a lease.
+// Batch is what one claim took.
+type Batch struct {
+	Claims []Claim
+	// Held is set when an in-flight limit held due rows back: more can be
+	// claimed once rows in flight finish.
+	Held bool
+}
+
+// NextAfter returns the ClaimParams.After that continues the rotation
+// after this batch: the last organization, in walk order from after, that
+// got a row (after itself when the batch is empty).
+func (b Batch) NextAfter(after string) string {
+	var beyond, wrapped string
+	for _, c := range b.Claims {
+		org := c.OrganizationID
+		if org > after {
+			beyond = max(beyond, org)
+		} else {
+			wrapped = max(wrapped, org)
+		}
+	}
+	return cmp.Or(wrapped, beyond, after)
+}
+
+// claimLockKey names the transaction-level advisory lock that serializes
+// capped claims: each counts what is in flight and claims the rest, which
+// two claims at once would both take.
+const claimLockKey = "integration_outbox_claim"
+
+// beginner is a pool, connection or transaction that can open a
+// transaction.
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// claimSetupSQL prepares the claim's transaction: the claim is planned once
+// per connection (a generic plan: its many CTEs cost far more to plan than
+// to run), and $2 (a cap is set) takes the advisory lock.
+const claimSetupSQL = `
+select set_config('plan_cache_mode', 'force_generic_plan', true),
+    (select count(*) from (select pg_advisory_xact_lock(hashtext($1)) where $2::bool) l)`
+
+// Claim claims up to p.Limit due rows (see ClaimBatch).
 func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
+	b, err := s.ClaimBatch(ctx, p)
+	return b.Claims, err
+}
+
+// ClaimBatch claims up to p.Limit due rows within the in-flight caps,
+// organizations interleaved and oldest first within each, skipping rows
+// other claimers hold: each gets status processing, attempt_count+1, a fresh
+// claim token and a lease. With a cap, claims are serialized by an advisory
+// lock so that concurrent dispatch runs cannot both take the same room. The
+// claim runs in its own transaction (a nested one, a savepoint, when the
+// store is on a transaction).
+func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
+	capped := p.MaxInFlight > 0 || p.ConnectionMaxInFlight > 0
+	bg, ok := s.db.(beginner)
+	if !ok {
+		return claimBatch(ctx, s.db, p)
+	}
+	tx, err := bg.Begin(ctx)
+	if err != nil {
+		return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, claimSetupSQL, claimLockKey, capped); err != nil {
+		return Batch{}, fmt.Errorf("claiming outbox batch: taking the claim lock: %w", err)
+	}
+	b, err := claimBatch(ctx, tx, p)
+	if err != nil {
+		return Batch{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Batch{}, fmt.Errorf("claiming outbox batch: committing: %w", err)
+	}
+	return b, nil
+}
+
+func claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, error) {
 	org, ids := p.scope()
-	rows, err := s.db.Query(ctx, claimSQL, p.Limit, p.MaxAttempts, p.Lease.Seconds(), org, ids)
+	after := cmp.Or(p.After, "00000000-0000-0000-0000-000000000000")
+	rows, err := db.Query(ctx, claimSQL, p.Limit, p.MaxAttempts, p.Lease.Seconds(), org, ids,
+		p.MaxInFlight, p.ConnectionMaxInFlight, after)
 	if err != nil {
-		return nil, fmt.Errorf("claiming outbox batch: %w", err)
+		return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
 	}
-	claims, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claim, error) {
-		var c Claim
-		err := r.Scan(&c.ID, &c.OrganizationID, &c.ConnectionID, &c.CommandType, &c.ClaimToken,
-			&c.AttemptCount, &c.Reclaimed, &c.CreatedAt)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claiming outbox batch: %w", err)
+	var b Batch
+	for rows.Next() {
+		var (
+			c    Claim
+			id   *string
+			held *bool
+		)
+		var org, conn, cmdType, token *string
+		var attempts *int
+		var reclaimed, probe *bool
+		var created *time.Time
+		if err := rows.Scan(&id, &org, &conn, &cmdType, &token, &attempts, &reclaimed, &probe, &created, &held); err != nil {
+			rows.Close()
+			return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
+		}
+		if id == nil {
+			b.Held = held != nil && *held
+			continue
+		}
+		c.ID, c.OrganizationID, c.ConnectionID, c.CommandType, c.ClaimToken = *id, *org, *conn, *cmdType, *token
+		c.AttemptCount, c.Reclaimed, c.Probe, c.CreatedAt = *attempts, *reclaimed, *probe, *created
+		b.Claims = append(b.Claims, c)
 	}
-	slices.SortFunc(claims, func(a, b Claim) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	return claims, nil
+	if err := rows.Err(); err != nil {
+		return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
+	}
+	slices.SortFunc(b.Claims, func(a, b Claim) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return b, nil
 }
 
 // DeadLetterExpired moves rows whose lease expired after their last attempt
@@ -284,6 +436,9 @@ type Outcome struct {
 	CallFinishedAt time.Time
 	ProviderCalled bool
 	HTTPStatus     int
+	// Circuit is CircuitSuccess or CircuitFailure when the job called the
+	// provider; empty when it did not get that far.
+	Circuit string
 }
 
 // Record stores outcomes in one statement, each fenced by its claim token,
@@ -291,8 +446,14 @@ type Outcome struct {
 // recorded (an outcome whose token is no longer current is not recorded,
 // nor its attempt).
 func (s *Store) Record(ctx context.Context, outcomes []Outcome) ([]string, error) {
+	r, err := s.RecordOutcomes(ctx, outcomes)
+	return r.IDs, err
+}
+
+// RecordOutcomes is Record, also reporting the circuits the results changed.
+func (s *Store) RecordOutcomes(ctx context.Context, outcomes []Outcome) (Recorded, error) {
 	if len(outcomes) == 0 {
-		return nil, nil
+		return Recorded{}, nil
 	}
 	n := len(outcomes)
 	var (
@@ -304,6 +465,7 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) ([]string, error
 		callStarts, callEnds        = make([]*time.Time, n), make([]*time.Time, n)
 		called                      = make([]bool, n)
 		httpStatuses                = make([]*int32, n)
+		circuit                     = make([]*string, n)
 	)
 	for i, o := range outcomes {
 		ids[i], orgs[i], tokens[i], statuses[i] = o.OutboxID, o.OrganizationID, o.ClaimToken, o.Status
@@ -317,17 +479,38 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) ([]string, error
 			code := int32(o.HTTPStatus)
 			httpStatuses[i] = &code
 		}
+		circuit[i] = nullable(o.Circuit)
 	}
 	rows, err := s.db.Query(ctx, recordSQL, ids, orgs, tokens, statuses, refs, provStatuses, errs, retry,
-		ctypes, summaries, locs, conns, callStarts, callEnds, called, httpStatuses)
+		ctypes, summaries, locs, conns, callStarts, callEnds, called, httpStatuses,
+		circuit, s.circuit.FailureThreshold, s.circuit.Cooldown.Seconds())
 	if err != nil {
-		return nil, fmt.Errorf("recording %d results: %w", n, err)
+		return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)
 	}
-	recorded, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("recording %d results: %w", n, err)
+	var r Recorded
+	for rows.Next() {
+		var (
+			id, conn, transition *string
+			until                *time.Time
+		)
+		if err := rows.Scan(&id, &conn, &transition, &until); err != nil {
+			rows.Close()
+			return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)
+		}
+		if id != nil {
+			r.IDs = append(r.IDs, *id)
+			continue
+		}
+		c := CircuitChange{ConnectionID: *conn, Transition: *transition}
+		if until != nil {
+			c.OpenUntil = *until
+		}
+		r.Circuits = append(r.Circuits, c)
 	}
-	return recorded, nil
+	if err := rows.Err(); err != nil {
+		return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)
+	}
+	return r, nil
 }
 
 func nullableTime(t time.Time) *time.Time {

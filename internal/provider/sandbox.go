@@ -45,7 +45,8 @@ type SandboxConfig struct {
 //	  "latencyMs": 0,          // wait before answering (≤ 60000), honouring ctx
 //	  "failureRate": 0,        // 0..1: share of idempotency keys that fail as Retryable
 //	  "answer": "completed",   // completed | accepted | uncertain | reject | retry
-//	  "retryAfterSeconds": 0   // RetryAfter of retryable answers (≤ 3600)
+//	  "retryAfterSeconds": 0,  // RetryAfter of retryable answers (≤ 3600)
+//	  "maxInFlight": 10        // the connection's in-flight limit: read by the claim, ignored here
 //	}
 //
 // Whether a key fails is a hash of the key, so a rerun of the same key
@@ -159,6 +160,8 @@ func parseSandboxConfig(raw json.RawMessage) (sandboxConfig, error) {
 			continue
 		}
 		switch key {
+		case "maxInFlight":
+			// The connection's in-flight limit: read by the claim, not here.
 		case "latencyMs":
 			var ms int64
 			if json.Unmarshal(v, &ms) != nil || ms < 0 || ms > maxSandboxLatency.Milliseconds() {

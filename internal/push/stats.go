@@ -19,8 +19,27 @@ type batchStats struct {
 }
 
 type providerStats struct {
-	statuses  map[string]int
-	latencyMs []float64
+	statuses       map[string]int
+	latencyMs      []float64
+	circuitsOpened int
+}
+
+// circuitOpened counts a circuit of the provider name that opened (or
+// opened again after a failed probe).
+func (s *batchStats) circuitOpened(name string) {
+	s.provider(name).circuitsOpened++
+}
+
+func (s *batchStats) provider(name string) *providerStats {
+	if name == "" {
+		name = "unknown"
+	}
+	ps := s.byProvider[name]
+	if ps == nil {
+		ps = &providerStats{statuses: map[string]int{}}
+		s.byProvider[name] = ps
+	}
+	return ps
 }
 
 func newBatchStats(creds Credentials) *batchStats {
@@ -37,15 +56,7 @@ func (s *batchStats) add(results []jobResult, recorded map[string]bool) {
 			s.notRecorded++
 			continue
 		}
-		name := r.provider
-		if name == "" {
-			name = "unknown"
-		}
-		ps := s.byProvider[name]
-		if ps == nil {
-			ps = &providerStats{statuses: map[string]int{}}
-			s.byProvider[name] = ps
-		}
+		ps := s.provider(r.provider)
 		ps.statuses[r.outcome.Status]++
 		if r.latency > 0 {
 			ps.latencyMs = append(ps.latencyMs, float64(r.latency.Microseconds())/1000)
@@ -84,6 +95,9 @@ func (s *batchStats) emit(m *metrics.Emitter, creds Credentials) {
 			vals = append(vals, metrics.Counter(sm.metric, ps.statuses[sm.status]))
 		}
 		vals = append(vals, metrics.Value{Name: "ProviderLatency", Unit: metrics.Milliseconds, Values: ps.latencyMs})
+		if ps.circuitsOpened > 0 {
+			vals = append(vals, metrics.Counter("CircuitOpened", ps.circuitsOpened))
+		}
 		m.Emit(name, vals...)
 	}
 }

@@ -50,6 +50,9 @@ type Config struct {
 	Logger        *slog.Logger
 	// Jitter returns the retry jitter in [0, 1) (default random).
 	Jitter func() float64
+	// RetryDelay, when set, replaces backoff.Delay (the overload scenarios
+	// scale time down with it).
+	RetryDelay func(attempts int, retryAfter time.Duration, jitter float64) time.Duration
 	// Metrics receives EMF lines per batch (nil: none).
 	Metrics *metrics.Emitter
 }
@@ -73,6 +76,9 @@ func New(store Store, creds Credentials, cfg Config) (*Worker, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Jitter == nil {
 		cfg.Jitter = backoff.Jitter
+	}
+	if cfg.RetryDelay == nil {
+		cfg.RetryDelay = backoff.Delay
 	}
 	return &Worker{store: store, creds: creds, cfg: cfg}, nil
 }
@@ -153,21 +159,16 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		})
 	}
 	g.Wait()
-	outcomes := make([]outbox.Outcome, len(results))
-	for i, r := range results {
-		outcomes[i] = r.outcome
-	}
-
-	recorded, err := w.record(ctx, outcomes)
+	recorded, err := w.record(ctx, log, results, stats)
 	if err != nil {
 		log.ErrorContext(ctx, "could not record results; rows recover when their lease expires",
-			"count", len(outcomes), "error", err.Error())
+			"count", len(results), "error", err.Error())
 		fail(toRun)
 		return resp, nil
 	}
 	stats.add(results, recorded)
-	for _, o := range outcomes {
-		if !recorded[o.OutboxID] {
+	for _, r := range results {
+		if o := r.outcome; !recorded[o.OutboxID] {
 			log.WarnContext(ctx, "result not recorded: the claim is no longer current",
 				"outboxId", o.OutboxID, "organizationId", o.OrganizationID, "status", o.Status)
 		}
@@ -191,7 +192,11 @@ func (w *Worker) leaseUntil(ctx context.Context, n int) time.Time {
 
 // record stores the outcomes, trying a few times within the time left: a
 // short database blip should not cost a whole lease.
-func (w *Worker) record(ctx context.Context, outcomes []outbox.Outcome) (map[string]bool, error) {
+func (w *Worker) record(ctx context.Context, log *slog.Logger, results []jobResult, stats *batchStats) (map[string]bool, error) {
+	outcomes := make([]outbox.Outcome, len(results))
+	for i, r := range results {
+		outcomes[i] = r.outcome
+	}
 	rctx := context.WithoutCancel(ctx)
 	if dl, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
@@ -200,12 +205,13 @@ func (w *Worker) record(ctx context.Context, outcomes []outbox.Outcome) (map[str
 	}
 	var err error
 	for attempt := range 3 {
-		var ids []string
-		if ids, err = w.store.Record(rctx, outcomes); err == nil {
-			out := make(map[string]bool, len(ids))
-			for _, id := range ids {
+		var r outbox.Recorded
+		if r, err = w.recordOnce(rctx, outcomes); err == nil {
+			out := make(map[string]bool, len(r.IDs))
+			for _, id := range r.IDs {
 				out[id] = true
 			}
+			w.circuitChanged(ctx, log, r.Circuits, results, stats)
 			return out, nil
 		}
 		select {
@@ -215,6 +221,44 @@ func (w *Worker) record(ctx context.Context, outcomes []outbox.Outcome) (map[str
 		}
 	}
 	return nil, err
+}
+
+// outcomesRecorder is a Store that also reports the circuits a Record
+// changed (outbox.Store does).
+type outcomesRecorder interface {
+	RecordOutcomes(ctx context.Context, outcomes []outbox.Outcome) (outbox.Recorded, error)
+}
+
+func (w *Worker) recordOnce(ctx context.Context, outcomes []outbox.Outcome) (outbox.Recorded, error) {
+	if r, ok := w.store.(outcomesRecorder); ok {
+		return r.RecordOutcomes(ctx, outcomes)
+	}
+	ids, err := w.store.Record(ctx, outcomes)
+	return outbox.Recorded{IDs: ids}, err
+}
+
+// circuitChanged logs each circuit transition and counts the openings per
+// provider.
+func (w *Worker) circuitChanged(ctx context.Context, log *slog.Logger, changes []outbox.CircuitChange,
+	results []jobResult, stats *batchStats) {
+	for _, c := range changes {
+		var org, name string
+		for _, r := range results {
+			if r.outcome.ConnectionID == c.ConnectionID {
+				org, name = r.outcome.OrganizationID, r.provider
+				break
+			}
+		}
+		if c.Transition == "closed" {
+			log.InfoContext(ctx, "circuit closed: the connection answered again", "connectionId", c.ConnectionID,
+				"organizationId", org, "provider", name)
+			continue
+		}
+		stats.circuitOpened(name)
+		log.WarnContext(ctx, "circuit "+c.Transition+": the connection's rows are held back until the cooldown ends",
+			"connectionId", c.ConnectionID, "organizationId", org, "provider", name,
+			"openUntil", c.OpenUntil.UTC().Format(time.RFC3339Nano))
+	}
 }
 
 // jobResult is what running one job produced.
@@ -338,8 +382,31 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, lat
 				o.HTTPStatus = perr.StatusCode
 			}
 		}
+		o.Circuit = circuitSignal(err)
 		return o, cred.Values()
 	}
+}
+
+// errNoTimeLeft is a provider call that was not made: the invocation had no
+// time left for it. It says nothing about the connection.
+var errNoTimeLeft = errors.New("not enough time left in this invocation to call the provider")
+
+// circuitSignal is what a provider call tells the connection's circuit
+// breaker: any answer of the provider (even a rejection) shows that the
+// connection works; a retryable failure counts against it.
+func circuitSignal(err error) string {
+	var perr *provider.Error
+	switch {
+	case err == nil:
+		return outbox.CircuitSuccess
+	case errors.Is(err, errNoTimeLeft):
+		return ""
+	case !errors.As(err, &perr) || perr.Kind == provider.Retryable:
+		return outbox.CircuitFailure
+	case perr.Kind == provider.Rejected:
+		return outbox.CircuitSuccess
+	}
+	return ""
 }
 
 // call runs the provider call under PROVIDER_TIMEOUT, cut so that the
@@ -355,7 +422,7 @@ func (w *Worker) call(ctx context.Context, p provider.Provider, conn provider.Co
 	}
 	if !deadline.After(time.Now()) {
 		return provider.Result{}, false, &provider.Error{Kind: provider.Retryable,
-			Message: "not enough time left in this invocation to call the provider"}
+			Message: "provider not called", Err: errNoTimeLeft}
 	}
 	cctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -421,7 +488,7 @@ func (w *Worker) retryable(job outbox.Job, text string, retryAfter time.Duration
 		return o
 	}
 	return outbox.Outcome{Status: outbox.StatusFailed, LastError: text,
-		RetryIn: backoff.Delay(job.AttemptCount, retryAfter, w.cfg.Jitter())}
+		RetryIn: w.cfg.RetryDelay(job.AttemptCount, retryAfter, w.cfg.Jitter())}
 }
 
 // AcceptedFollowUp is how long a command the provider accepted but did not

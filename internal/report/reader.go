@@ -271,6 +271,32 @@ type Stuck struct {
 	OverdueQueued Section
 	// Failed: rows waiting for their next attempt, soonest first.
 	Failed Section
+	// Circuits: connections whose circuit breaker is open or half-open, or
+	// counting failures towards it.
+	Circuits CircuitSection
+}
+
+// CircuitSection lists circuits: up to the limit, and how many in all.
+type CircuitSection struct {
+	Total    int
+	Circuits []Circuit
+}
+
+// Circuit is one connection's circuit breaker.
+type Circuit struct {
+	ConnectionID   string
+	OrganizationID string
+	Provider       string
+	// State is closed, open (rows held back until OpenUntil) or half-open
+	// (one probe row at a time).
+	State               string
+	ConsecutiveFailures int
+	// OpenedCount is how often it opened since it last closed.
+	OpenedCount int
+	OpenUntil   *time.Time
+	OpenedAt    *time.Time
+	// Waiting is how many of its rows are queued or failed.
+	Waiting int
 }
 
 // Stuck returns the stuck view.
@@ -303,6 +329,19 @@ func (r *Reader) Stuck(ctx context.Context, p StuckParams) (Stuck, error) {
 		if err != nil {
 			return s, fmt.Errorf("reading %s: %w", q.name, err)
 		}
+	}
+	rows, err := r.db.Query(ctx, circuitsSQL, org, limit)
+	if err != nil {
+		return s, fmt.Errorf("reading circuits: %w", err)
+	}
+	s.Circuits.Circuits, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (Circuit, error) {
+		var c Circuit
+		err := cr.Scan(&c.ConnectionID, &c.OrganizationID, &c.Provider, &c.State, &c.ConsecutiveFailures,
+			&c.OpenedCount, &c.OpenUntil, &c.OpenedAt, &c.Waiting, &s.Circuits.Total)
+		return c, err
+	})
+	if err != nil {
+		return s, fmt.Errorf("reading circuits: %w", err)
 	}
 	return s, nil
 }

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/overload"
+)
+
+// fairClaimSize is the fair, capped claim at one outbox size.
+type fairClaimSize struct {
+	Rows, Due, Orgs int
+	Samples         []time.Duration
+}
+
+func (f fairClaimSize) median() time.Duration { return median(f.Samples) }
+
+const (
+	fairClaimOrgs     = 1000
+	fairClaimDue      = 10_000
+	fairClaimInFlight = 500 // leased rows in flight when the claim runs
+	fairClaimOpen     = 50  // connections whose circuit is open
+)
+
+// loadFairOutbox loads rows outbox rows over fairClaimOrgs organizations
+// (one connection each): fairClaimDue due rows spread evenly (3 in 4
+// queued, 1 in 4 failed with a past next_attempt_at), fairClaimInFlight
+// leased, the rest completed; fairClaimOpen connections with an open
+// circuit. Then VACUUM (ANALYZE) and autovacuum off, as loadOutbox does.
+func loadFairOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
+	every := rows / fairClaimDue
+	lease := rows / fairClaimInFlight
+	stmts := []struct {
+		sql  string
+		args []any
+	}{
+		{`insert into integration_connections (organization_id, provider, config_json)
+		  select gen_random_uuid(), 'sandbox', '{}' from generate_series(1, $1::int)`, []any{fairClaimOrgs}},
+		{`with c as (select id, organization_id, (row_number() over (order by id) - 1)::int as n from integration_connections)
+		  insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+		      local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count, next_attempt_at,
+		      lease_expires_at, claim_token, provider_status, completed_at, created_at, updated_at)
+		  select c.organization_id, c.id, 'sandbox', 'push_purchase_order', 'purchase_order', gen_random_uuid(),
+		      '{"externalSupplierId": "SUP-1"}', 'idem-' || g,
+		      case when g % $2 = 0 then case when g % (4 * $2) = 0 then 'failed' else 'queued' end
+		           when g % $3 = 1 then 'processing' else 'completed' end,
+		      case when g % $2 = 0 and g % (4 * $2) = 0 then 2 else 1 end,
+		      case when g % (4 * $2) = 0 then now() - interval '1 minute' end,
+		      case when g % $2 <> 0 and g % $3 = 1 then now() + interval '15 minutes' end,
+		      case when g % $2 <> 0 and g % $3 = 1 then gen_random_uuid() end,
+		      case when g % $2 <> 0 and g % $3 <> 1 then 'completed' end,
+		      case when g % $2 <> 0 and g % $3 <> 1 then t.ts + interval '2 seconds' end,
+		      t.ts, t.ts
+		  from generate_series(1, $1::int) g
+		  cross join lateral (select now() - make_interval(secs => $1::int - g) as ts) t
+		  join c on c.n = (g / $2) % $4`, []any{rows, every, lease, fairClaimOrgs}},
+		{`insert into integration_outbox_connection_health (connection_id, organization_id, consecutive_failures,
+		      opened_count, open_until, opened_at)
+		  select id, organization_id, 5, 1, now() + interval '1 hour', now()
+		  from integration_connections order by id limit $1`, []any{fairClaimOpen}},
+		{`vacuum (analyze) integration_connections`, nil},
+		{`vacuum (analyze) integration_outbox_connection_health`, nil},
+		{`vacuum (analyze) external_integration_outbox`, nil},
+		{`alter table external_integration_outbox set (autovacuum_enabled = false)`, nil},
+	}
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s.sql, s.args...); err != nil {
+			return fmt.Errorf("loading %d outbox rows: %w", rows, err)
+		}
+	}
+	return nil
+}
+
+// measureFairClaims measures the claim of 50 with every limit on
+// (DISPATCH_MAX_IN_FLIGHT 5,000 with 500 in flight, CONNECTION_MAX_IN_FLIGHT
+// 10, 50 open circuits, organizations interleaved from a rotating start) at
+// each size, each claim in a rolled-back transaction.
+func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []int, runs int) ([]fairClaimSize, error) {
+	var out []fairClaimSize
+	for _, rows := range sizes {
+		url, err := env.pg.MigratedDatabase(ctx)
+		if err != nil {
+			return out, err
+		}
+		res := fairClaimSize{Rows: rows, Due: fairClaimDue, Orgs: fairClaimOrgs}
+		err = func() error {
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			if err := loadFairOutbox(ctx, conn, rows); err != nil {
+				return err
+			}
+			after := "00000000-0000-0000-0000-000000000000"
+			for round := range claimWarmup + runs {
+				d, next, err := fairClaimOnce(ctx, conn, after)
+				if err != nil {
+					return fmt.Errorf("%d rows: %w", rows, err)
+				}
+				after = next
+				if round >= claimWarmup {
+					res.Samples = append(res.Samples, d)
+				}
+			}
+			return nil
+		}()
+		if derr := env.dropDatabase(ctx, url); derr != nil && err == nil {
+			err = derr
+		}
+		if err != nil {
+			return out, err
+		}
+		log.Info("fair claims measured", "rows", rows, "median", res.median())
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+func fairClaimOnce(ctx context.Context, conn *pgx.Conn, after string) (time.Duration, string, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	began := time.Now()
+	b, err := outbox.NewStore(tx).ClaimBatch(ctx, outbox.ClaimParams{Limit: claimLimit, MaxAttempts: 10,
+		Lease: 900 * time.Second, MaxInFlight: 5000, ConnectionMaxInFlight: 10, After: after})
+	took := time.Since(began)
+	if err != nil {
+		return 0, "", err
+	}
+	if len(b.Claims) != claimLimit {
+		return 0, "", fmt.Errorf("fair claim took %d rows, want %d", len(b.Claims), claimLimit)
+	}
+	orgs := map[string]bool{}
+	for _, c := range b.Claims {
+		orgs[c.OrganizationID] = true
+	}
+	if len(orgs) != claimLimit {
+		return 0, "", fmt.Errorf("fair claim of %d rows served %d organizations, want one row each", claimLimit, len(orgs))
+	}
+	return took, b.NextAfter(after), nil
+}
+
+// overloadRun is one scenario under both settings.
+type overloadRun struct {
+	Scenario overload.Scenario
+	Today    overload.Result
+	New      overload.Result
+}
+
+// overloadScenarios are the issue's scenarios, time scaled by scale: the
+// 50,000-row backlog (20 tenants, 2 push invocations x batch 10, 2 s a call,
+// lease 900 s) with a small tenant queuing one row 5 minutes in; one
+// connection down (503) beside ten healthy tenants of 550 rows over an
+// hour; and the same with calls to the broken one hanging until the 10 s
+// provider timeout.
+func overloadScenarios(backlogRows int, scale float64) []overload.Scenario {
+	base := overload.Scenario{Scale: scale, Consumers: 2, BatchSize: 10, ProviderTimeout: 10 * time.Second,
+		Lease: 900 * time.Second, DispatchEvery: time.Minute}
+	backlog := base
+	backlog.Name, backlog.Latency, backlog.Until, backlog.HealthyOnly = "backlog", 2*time.Second, 6*time.Hour, true
+	for i := range 20 {
+		backlog.Tenants = append(backlog.Tenants, overload.Tenant{Name: fmt.Sprintf("t%02d", i), Rows: backlogRows / 20})
+	}
+	backlog.Tenants = append(backlog.Tenants, overload.Tenant{Name: "small", Rows: 1, After: 5 * time.Minute})
+	out := []overload.Scenario{backlog}
+	for _, mode := range []overload.Mode{overload.Down, overload.Hanging} {
+		sc := base
+		sc.Name, sc.Latency, sc.Until = "one connection down (503)", 500*time.Millisecond, time.Hour
+		if mode == overload.Hanging {
+			sc.Name = "one connection hanging"
+		}
+		for i := range 10 {
+			sc.Tenants = append(sc.Tenants, overload.Tenant{Name: fmt.Sprintf("h%02d", i), Rows: 550})
+		}
+		sc.Tenants = append(sc.Tenants, overload.Tenant{Name: "broken", Rows: 2000, Mode: mode})
+		out = append(out, sc)
+	}
+	return out
+}
+
+func measureOverload(ctx context.Context, log *slog.Logger, env *benchEnv, backlogRows int, scale float64) ([]overloadRun, error) {
+	var out []overloadRun
+	for _, sc := range overloadScenarios(backlogRows, scale) {
+		run := overloadRun{Scenario: sc}
+		for _, st := range []overload.Settings{overload.Today(), overload.Defaults(sc.Consumers, sc.BatchSize)} {
+			url, err := env.pg.MigratedDatabase(ctx)
+			if err != nil {
+				return out, err
+			}
+			res, err := overload.Run(ctx, url, sc, st)
+			if derr := env.dropDatabase(ctx, url); derr != nil && err == nil {
+				err = derr
+			}
+			if err != nil {
+				return out, fmt.Errorf("%s, %s: %w", sc.Name, st.Name, err)
+			}
+			log.Info("overload scenario", "scenario", sc.Name, "settings", st.Name, "took", res.Took.Round(time.Second))
+			if st.Legacy {
+				run.Today = res
+			} else {
+				run.New = res
+			}
+		}
+		out = append(out, run)
+	}
+	return out, nil
+}
+
+// overloadMarkdown renders the scenarios, today's settings beside the new
+// defaults.
+func overloadMarkdown(runs []overloadRun, fair []fairClaimSize) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	if len(fair) > 0 {
+		p("\n## Fair, capped claim\n\n")
+		p("Claim of %d with organizations interleaved, DISPATCH_MAX_IN_FLIGHT 5,000 (%d leased), CONNECTION_MAX_IN_FLIGHT 10, %d open circuits; %d due rows across %d organizations.\n\n",
+			claimLimit, fairClaimInFlight, fairClaimOpen, fairClaimDue, fairClaimOrgs)
+		p("| Rows | Median claim | Ratio to the smallest size | Target |\n|---|---|---|---|\n")
+		for _, f := range fair {
+			p("| %s | %s | %s | ≤ 1.50× |\n", rows(f.Rows), ms(f.median()), x(float64(f.median())/float64(fair[0].median())))
+		}
+	}
+	if len(runs) == 0 {
+		return b.String()
+	}
+	p("\n## Overload and outages\n\n")
+	p("The real dispatcher and push worker against this PostgreSQL, an in-process queue and a simulated provider, time scaled by %.3g (simulated times below; the database's own time is not scaled, so a slow or loaded machine makes every claim and record look slower and the capped runs, which claim more often, pay most for it).", runs[0].Scenario.Scale)
+	p(" Today: the first round's claim (one global order, no caps, no breaker); new: DISPATCH_MAX_IN_FLIGHT 2 × invocations × batch = 40, CONNECTION_MAX_IN_FLIGHT 10, CIRCUIT_FAILURE_THRESHOLD 5, CIRCUIT_COOLDOWN 60 s. The lease-at-start fix is in both.\n\n")
+	for _, r := range runs {
+		p("### %s\n\n| Measure | Today | New |\n|---|---|---|\n", r.Scenario.Name)
+		row := func(name string, f func(overload.Result) string) { p("| %s | %s | %s |\n", name, f(r.Today), f(r.New)) }
+		row("rows", func(x overload.Result) string { return fmt.Sprint(x.Rows) })
+		row("messages per row", func(x overload.Result) string { return fmt.Sprintf("%.2f", x.PerRow(x.Messages)) })
+		row("attempts per row", func(x overload.Result) string { return fmt.Sprintf("%.2f", x.PerRow(x.Attempts)) })
+		row("leases expired before start", func(x overload.Result) string { return fmt.Sprint(x.LeasesExpired) })
+		row("provider calls per row", func(x overload.Result) string { return fmt.Sprintf("%.2f", x.PerRow(x.Calls)) })
+		row("rows called more than once (most calls)", func(x overload.Result) string {
+			return fmt.Sprintf("%d (%d)", x.RowsCalledTwice, x.MaxCallsPerRow)
+		})
+		row("completed / dead_letter", func(x overload.Result) string { return fmt.Sprintf("%d / %d", x.Completed, x.DeadLettered) })
+		row("time to first success p50 / p95", func(x overload.Result) string {
+			return fmt.Sprintf("%s / %s", minutes(x.WaitP50), minutes(x.WaitP95))
+		})
+		if _, ok := r.Today.Tenants["small"]; ok {
+			row("small tenant's wait", func(x overload.Result) string { return minutes(x.Tenants["small"].WaitMax) })
+		}
+		if _, ok := r.Today.Tenants["broken"]; ok {
+			row("calls to the broken connection (most at once)", func(x overload.Result) string {
+				return fmt.Sprintf("%d (%d)", x.Tenants["broken"].Calls, x.Tenants["broken"].MaxConcurrent)
+			})
+			row("healthy rows' delay p95 / max", func(x overload.Result) string {
+				var p95, top time.Duration
+				for name, t := range x.Tenants {
+					if name != "broken" {
+						p95, top = max(p95, t.WaitP95), max(top, t.WaitMax)
+					}
+				}
+				return fmt.Sprintf("%s / %s", minutes(p95), minutes(top))
+			})
+			row("healthy rows undelivered after the hour", func(x overload.Result) string {
+				n := 0
+				for name, t := range x.Tenants {
+					if name != "broken" {
+						n += t.Rows - t.Completed
+					}
+				}
+				return fmt.Sprint(n)
+			})
+		}
+		p("\n")
+	}
+	return b.String()
+}
+
+func minutes(d time.Duration) string {
+	if d < time.Minute {
+		return fmt.Sprintf("%.0f s", d.Seconds())
+	}
+	return fmt.Sprintf("%.1f min", d.Minutes())
+}

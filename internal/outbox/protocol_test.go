@@ -1,0 +1,475 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"pgregory.net/rapid"
+
+	"integration-outbox/internal/outbox"
+)
+
+// The delivery protocol as a state machine, against the real PostgreSQL:
+// random interleavings of dispatch runs (with the in-flight caps), deliveries
+// (duplicate, late, after the lease expired), crashes before and during a
+// provider call, provider outcomes, reruns, and time passing (which opens,
+// half-opens and closes circuits), checking after every step that
+//
+//   - no command ever has two provider calls in flight, and nothing
+//     reclaims or dead-letters a row whose provider call is in flight;
+//   - only the current claim records a result;
+//   - no row is lost: each is terminal, or waits with a lease, a due time,
+//     a provider status or an open conflict;
+//   - no row reaches dead_letter from expired leases alone while the fleet
+//     keeps up (nothing crashed, nothing waited past its lease);
+//   - the caps hold, and an open circuit's rows are not claimed.
+//
+// OUTBOX_PROTOCOL_REVERT_LEASE_FIX=1 starts jobs with the first round's
+// start statement (no lease check at start, no lease extension): the check
+// then fails at once, a row's claim taken while its provider call is in
+// flight (and, without that check, two provider calls in flight for one
+// command): the defect of the "Fix before anyone deploys" issue.
+
+// legacyStartSQL is the first round's startSQL, verbatim.
+const legacyStartSQL = `
+with req as (
+    select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[]) as r(id, organization_id, claim_token, connection_id)
+), started as (
+    update external_integration_outbox o
+    set started_at = now(), updated_at = now()
+    from req
+    where o.id = req.id and o.organization_id = req.organization_id
+      and o.integration_connection_id is not distinct from req.connection_id
+      and o.claim_token = req.claim_token
+      and o.status = 'processing' and o.started_at is null
+    returning o.id, o.organization_id, o.integration_connection_id, o.command_type,
+        o.local_entity_type, o.local_entity_id, o.payload_json, o.idempotency_key,
+        o.attempt_count, o.claim_token
+)
+select s.id::text, s.organization_id::text, coalesce(s.integration_connection_id::text, ''),
+    coalesce(s.command_type, ''), coalesce(s.local_entity_type, ''), coalesce(s.local_entity_id::text, ''),
+    coalesce(s.payload_json, '{}'::jsonb), coalesce(s.idempotency_key, s.id::text),
+    s.attempt_count, s.claim_token::text,
+    c.id is not null, coalesce(c.location_id::text, ''), coalesce(c.provider, ''),
+    coalesce(c.credential_reference, ''), coalesce(c.config_json, '{}'::jsonb),
+    po.doc, po.items
+from started s
+left join integration_connections c
+    on c.id = s.integration_connection_id and c.organization_id = s.organization_id
+left join lateral (
+    select to_jsonb(p) as doc, coalesce((
+        select jsonb_agg(jsonb_build_object(
+            'id', l.id, 'stockItemId', l.stock_item_id, 'quantity', l.ordered_quantity,
+            'unitCode', l.purchase_unit_code, 'normalizedUnitCode', l.normalized_unit_code,
+            'unitsPerPurchaseUnit', l.units_per_purchase_unit_snapshot,
+            'unitPriceMinor', l.unit_price_minor_snapshot) order by l.created_at, l.id)
+        from purchase_order_lines l where l.purchase_order_id = p.id), '[]'::jsonb) as items
+    from purchase_orders p
+    where s.command_type = 'push_purchase_order'
+      and p.id = s.local_entity_id and p.organization_id = s.organization_id
+      and (c.location_id is null or p.location_id = c.location_id)
+) po on true
+`
+
+const (
+	propMaxAttempts = 3
+	propLease       = 60 * time.Second
+	propPush        = 30 * time.Second // a push invocation's deadline after its start
+	propMaxInFlight = 4
+	propConnMax     = 2
+	propThreshold   = 2
+	propCooldown    = 30 * time.Second
+)
+
+type propMessage struct {
+	claim outbox.Claim
+	// leaseEnd is the claim's lease end on the test's clock.
+	leaseEnd time.Duration
+}
+
+type propCall struct {
+	claim    outbox.Claim
+	deadline time.Duration // on the test's clock: the invocation ends (crashes) then
+}
+
+type protocol struct {
+	pool   *pgxpool.Pool
+	store  *outbox.Store
+	revert bool
+	rows   []string
+	conns  []string
+
+	clock    time.Duration     // how far the test moved the database's time
+	current  map[string]string // row → its current claim token
+	queue    []propMessage
+	calls    []propCall
+	excused  map[string]bool // rows whose lease may expire: a crash, or a message left past its lease
+	after    string
+	started  int
+	recorded int
+}
+
+func TestDeliveryProtocolProperties(t *testing.T) {
+	t.Parallel()
+	f := pg.NewDB(t)
+	revert := os.Getenv("OUTBOX_PROTOCOL_REVERT_LEASE_FIX") == "1"
+	rapid.Check(t, func(rt *rapid.T) {
+		p := &protocol{pool: f.Pool, revert: revert,
+			store:   outbox.NewStore(f.Pool).WithCircuit(outbox.Circuit{FailureThreshold: propThreshold, Cooldown: propCooldown}),
+			current: map[string]string{}, excused: map[string]bool{}}
+		p.init(rt)
+		rt.Repeat(map[string]func(*rapid.T){
+			"dispatch":        p.dispatch,
+			"deliver":         p.deliver,
+			"finish":          p.finish,
+			"crashBeforeCall": p.crashBeforeCall,
+			"crashDuringCall": p.crashDuringCall,
+			"advance":         p.advance,
+			"rerun":           p.rerun,
+			"":                p.check,
+		})
+	})
+}
+
+func (p *protocol) exec(rt *rapid.T, sql string, args ...any) {
+	rt.Helper()
+	if _, err := p.pool.Exec(context.Background(), sql, args...); err != nil {
+		rt.Fatalf("%s: %v", strings.TrimSpace(sql), err)
+	}
+}
+
+func (p *protocol) init(rt *rapid.T) {
+	ctx := context.Background()
+	p.exec(rt, `truncate external_integration_outbox, external_integration_conflicts, integration_connections,
+		purchase_orders, purchase_order_lines, integration_outbox_connection_health`)
+	orgs := rapid.IntRange(1, 3).Draw(rt, "organizations")
+	for o := range orgs {
+		var org, po string
+		if err := p.pool.QueryRow(ctx, `insert into purchase_orders (organization_id, order_number)
+			values (gen_random_uuid(), 'PO') returning organization_id::text, id::text`).Scan(&org, &po); err != nil {
+			rt.Fatal(err)
+		}
+		for range rapid.IntRange(1, 2).Draw(rt, fmt.Sprintf("connections of %d", o)) {
+			var conn string
+			if err := p.pool.QueryRow(ctx, `insert into integration_connections (organization_id, provider)
+				values ($1, 'sandbox') returning id::text`, org).Scan(&conn); err != nil {
+				rt.Fatal(err)
+			}
+			p.conns = append(p.conns, conn)
+			for range rapid.IntRange(1, 4).Draw(rt, "rows") {
+				var id string
+				if err := p.pool.QueryRow(ctx, `insert into external_integration_outbox (organization_id,
+						integration_connection_id, provider, command_type, local_entity_type, local_entity_id,
+						payload_json, idempotency_key)
+					values ($1, $2, 'sandbox', 'push_purchase_order', 'purchase_order', $3,
+						'{"externalSupplierId": "S"}', gen_random_uuid()::text) returning id::text`,
+					org, conn, po).Scan(&id); err != nil {
+					rt.Fatal(err)
+				}
+				p.rows = append(p.rows, id)
+			}
+		}
+	}
+}
+
+// dispatch is one dispatch run's claim: the sweep, then one capped batch.
+func (p *protocol) dispatch(rt *rapid.T) {
+	ctx := context.Background()
+	open := p.openCircuits(rt)
+	params := outbox.ClaimParams{Limit: rapid.IntRange(1, 6).Draw(rt, "limit"), MaxAttempts: propMaxAttempts,
+		Lease: propLease, MaxInFlight: propMaxInFlight, ConnectionMaxInFlight: propConnMax, After: p.after}
+	if _, err := p.store.DeadLetterExpired(ctx, params); err != nil {
+		rt.Fatal(err)
+	}
+	b, err := p.store.ClaimBatch(ctx, params)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	p.after = b.NextAfter(p.after)
+	for _, c := range b.Claims {
+		if open[c.ConnectionID] {
+			rt.Fatalf("row %s claimed while the circuit of its connection is open", c.ID)
+		}
+		p.current[c.ID] = c.ClaimToken
+		p.queue = append(p.queue, propMessage{claim: c, leaseEnd: p.clock + propLease})
+	}
+	p.checkCaps(rt)
+}
+
+// deliver hands a queued message to a push invocation; sometimes SQS
+// delivers it again later (a duplicate).
+func (p *protocol) deliver(rt *rapid.T) {
+	if len(p.queue) == 0 {
+		rt.Skip("no message")
+	}
+	i := rapid.IntRange(0, len(p.queue)-1).Draw(rt, "message")
+	m := p.queue[i]
+	if !rapid.Bool().Draw(rt, "delivered again later") {
+		p.queue = slices.Delete(p.queue, i, i+1)
+	}
+	started := p.start(rt, m.claim)
+	if !started {
+		return
+	}
+	if m.claim.ClaimToken != p.current[m.claim.ID] {
+		rt.Fatalf("row %s started under a claim that is no longer current", m.claim.ID)
+	}
+	for _, c := range p.calls {
+		if c.claim.ID == m.claim.ID {
+			rt.Fatalf("row %s: a second provider call started while one is in flight (claims %s and %s)",
+				m.claim.ID, c.claim.ClaimToken, m.claim.ClaimToken)
+		}
+	}
+	p.started++
+	p.calls = append(p.calls, propCall{claim: m.claim, deadline: p.clock + propPush})
+}
+
+func (p *protocol) start(rt *rapid.T, c outbox.Claim) bool {
+	ctx := context.Background()
+	if p.revert {
+		rows, err := p.pool.Query(ctx, legacyStartSQL, []string{c.ID}, []string{c.OrganizationID},
+			[]string{c.ClaimToken}, []string{c.ConnectionID})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		return n == 1
+	}
+	jobs, err := p.store.Start(ctx, []outbox.StartRequest{{OutboxID: c.ID, OrganizationID: c.OrganizationID,
+		ConnectionID: c.ConnectionID, ClaimToken: c.ClaimToken, LeaseUntil: p.now(rt).Add(propPush)}})
+	if err != nil {
+		rt.Fatal(err)
+	}
+	return len(jobs) == 1
+}
+
+// now is the database's clock as the test moved it... the real clock:
+// moving time shifts the rows' timestamps instead.
+func (p *protocol) now(rt *rapid.T) time.Time {
+	var t time.Time
+	if err := p.pool.QueryRow(context.Background(), `select now()`).Scan(&t); err != nil {
+		rt.Fatal(err)
+	}
+	return t
+}
+
+// finish ends a provider call with an outcome and records it.
+func (p *protocol) finish(rt *rapid.T) {
+	if len(p.calls) == 0 {
+		rt.Skip("no call in flight")
+	}
+	i := rapid.IntRange(0, len(p.calls)-1).Draw(rt, "call")
+	c := p.calls[i]
+	p.calls = slices.Delete(p.calls, i, i+1)
+	o := outbox.Outcome{OutboxID: c.claim.ID, OrganizationID: c.claim.OrganizationID,
+		ConnectionID: c.claim.ConnectionID, ClaimToken: c.claim.ClaimToken}
+	switch rapid.SampledFrom([]string{"completed", "retryable", "accepted", "rejected", "uncertain"}).Draw(rt, "outcome") {
+	case "completed":
+		o.Status, o.Circuit = outbox.StatusCompleted, outbox.CircuitSuccess
+	case "uncertain":
+		o.Status, o.Circuit = outbox.StatusUncertain, outbox.CircuitSuccess
+	case "accepted":
+		o.Status, o.ProviderStatus, o.RetryIn, o.Circuit = outbox.StatusProcessing, "accepted", time.Hour, outbox.CircuitSuccess
+	case "rejected":
+		o.Status, o.ConflictType, o.ConflictSummary, o.Circuit = outbox.StatusDeadLetter, "provider_rejected", "rejected", outbox.CircuitSuccess
+	case "retryable":
+		o.Circuit = outbox.CircuitFailure
+		if c.claim.AttemptCount >= propMaxAttempts {
+			o.Status, o.ConflictType, o.ConflictSummary = outbox.StatusDeadLetter, "provider_rejected", "attempts exhausted"
+		} else {
+			o.Status, o.LastError, o.RetryIn = outbox.StatusFailed, "503", 30*time.Second
+		}
+	}
+	r, err := p.store.RecordOutcomes(context.Background(), []outbox.Outcome{o})
+	if err != nil {
+		rt.Fatal(err)
+	}
+	current := p.current[c.claim.ID] == c.claim.ClaimToken
+	if recorded := len(r.IDs) == 1; recorded != current {
+		rt.Fatalf("row %s: result recorded %v, but its claim current %v", c.claim.ID, recorded, current)
+	}
+	if current {
+		p.recorded++
+		delete(p.current, c.claim.ID)
+	}
+}
+
+func (p *protocol) crashBeforeCall(rt *rapid.T) {
+	if len(p.queue) == 0 {
+		rt.Skip("no message")
+	}
+	i := rapid.IntRange(0, len(p.queue)-1).Draw(rt, "lost message")
+	p.excused[p.queue[i].claim.ID] = true
+	p.queue = slices.Delete(p.queue, i, i+1)
+}
+
+func (p *protocol) crashDuringCall(rt *rapid.T) {
+	if len(p.calls) == 0 {
+		rt.Skip("no call in flight")
+	}
+	i := rapid.IntRange(0, len(p.calls)-1).Draw(rt, "crashed call")
+	p.excused[p.calls[i].claim.ID] = true
+	p.calls = slices.Delete(p.calls, i, i+1)
+}
+
+// advance moves time on by shifting every timestamp of the outbox and the
+// circuits back. Invocations past their deadline are killed; messages left
+// in the queue past their lease excuse their rows' expiry.
+func (p *protocol) advance(rt *rapid.T) {
+	d := rapid.SampledFrom([]time.Duration{5 * time.Second, 31 * time.Second, 61 * time.Second, 10 * time.Minute}).Draw(rt, "advance")
+	p.exec(rt, `update external_integration_outbox set lease_expires_at = lease_expires_at - $1::interval,
+		next_attempt_at = next_attempt_at - $1::interval, created_at = created_at - $1::interval`, d)
+	p.exec(rt, `update integration_outbox_connection_health set open_until = open_until - $1::interval`, d)
+	p.clock += d
+	p.calls = slices.DeleteFunc(p.calls, func(c propCall) bool {
+		if c.deadline <= p.clock {
+			p.excused[c.claim.ID] = true // the invocation was killed at its deadline
+			return true
+		}
+		return false
+	})
+	for _, m := range p.queue {
+		if m.leaseEnd <= p.clock {
+			p.excused[m.claim.ID] = true
+		}
+	}
+}
+
+// rerun requeues a failed, dead_letter or uncertain row with fresh attempts
+// and resolves its conflict, as the rerun function does.
+func (p *protocol) rerun(rt *rapid.T) {
+	id := rapid.SampledFrom(p.rows).Draw(rt, "rerun row")
+	p.exec(rt, `with r as (
+			update external_integration_outbox set status = 'queued', attempt_count = 0, next_attempt_at = null,
+				claim_token = null, lease_expires_at = null, updated_at = now()
+			where id = $1 and status in ('failed', 'dead_letter', 'uncertain') returning id)
+		update external_integration_conflicts set status = 'resolved', resolved_at = now()
+		where outbox_id in (select id from r) and status = 'open'`, id)
+	if _, ok := p.current[id]; ok {
+		var status string
+		if err := p.pool.QueryRow(context.Background(), `select status from external_integration_outbox where id = $1`, id).Scan(&status); err != nil {
+			rt.Fatal(err)
+		}
+		if status == "queued" {
+			delete(p.current, id)
+		}
+	}
+}
+
+func (p *protocol) openCircuits(rt *rapid.T) map[string]bool {
+	rows, err := p.pool.Query(context.Background(), `select connection_id::text from integration_outbox_connection_health
+		where open_until > now()`)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			rt.Fatal(err)
+		}
+		out[c] = true
+	}
+	return out
+}
+
+func (p *protocol) checkCaps(rt *rapid.T) {
+	var total, widest, probes int
+	if err := p.pool.QueryRow(context.Background(), `
+		with leased as (
+			select integration_connection_id as conn from external_integration_outbox
+			where status = 'processing' and provider_status is null and lease_expires_at > now())
+		select (select count(*) from leased)::int,
+			coalesce((select max(n) from (select count(*) as n from leased group by conn) x), 0)::int,
+			coalesce((select max(n) from (select count(*) as n from leased l
+				join integration_outbox_connection_health h on h.connection_id = l.conn and h.open_until is not null
+				group by l.conn) y), 0)::int`).Scan(&total, &widest, &probes); err != nil {
+		rt.Fatal(err)
+	}
+	if total > propMaxInFlight {
+		rt.Fatalf("%d rows leased, above DISPATCH_MAX_IN_FLIGHT %d", total, propMaxInFlight)
+	}
+	if widest > propConnMax {
+		rt.Fatalf("%d rows of one connection leased, above CONNECTION_MAX_IN_FLIGHT %d", widest, propConnMax)
+	}
+	if probes > 1 {
+		t := "rows"
+		rt.Fatalf("%d %s of a connection with a tripped circuit in flight, want at most one probe", probes, t)
+	}
+}
+
+// check runs after every step: no row is lost, and none reached dead_letter
+// from expired leases alone while the fleet kept up.
+func (p *protocol) check(rt *rapid.T) {
+	rows, err := p.pool.Query(context.Background(), `
+		select o.id::text, o.status, o.attempt_count, o.lease_expires_at is not null, o.next_attempt_at is not null,
+			o.provider_status is not null, coalesce(o.last_error, ''),
+			exists (select 1 from external_integration_conflicts c where c.outbox_id = o.id and c.status = 'open')
+		from external_integration_outbox o`)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var (
+			id, status, lastError                     string
+			attempts                                  int
+			leased, due, providerStatus, openConflict bool
+		)
+		if err := rows.Scan(&id, &status, &attempts, &leased, &due, &providerStatus, &lastError, &openConflict); err != nil {
+			rt.Fatal(err)
+		}
+		n++
+		switch status {
+		case "queued", "failed":
+			if attempts >= propMaxAttempts {
+				rt.Fatalf("row %s %s with no attempts left: nothing will ever take it", id, status)
+			}
+		case "processing":
+			if !leased && !(providerStatus && due) {
+				rt.Fatalf("row %s processing without a lease or a due follow-up", id)
+			}
+		case "dead_letter":
+			if !openConflict {
+				rt.Fatalf("row %s in dead_letter without an open conflict", id)
+			}
+			if strings.Contains(lastError, "lease of the last attempt expired") && !p.excused[id] {
+				rt.Fatalf("row %s reached dead_letter from expired leases alone while the fleet kept up", id)
+			}
+		case "completed", "uncertain":
+		default:
+			rt.Fatalf("row %s in status %q", id, status)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		rt.Fatal(err)
+	}
+	if n != len(p.rows) {
+		rt.Fatalf("%d rows in the outbox, want %d", n, len(p.rows))
+	}
+	// A live push keeps its claim: nothing reclaims or dead-letters a row
+	// whose provider call is in flight.
+	for _, c := range p.calls {
+		var status, token string
+		if err := p.pool.QueryRow(context.Background(), `select status, coalesce(claim_token::text, '')
+			from external_integration_outbox where id = $1`, c.claim.ID).Scan(&status, &token); err != nil {
+			rt.Fatal(err)
+		}
+		if status != "processing" || token != c.claim.ClaimToken {
+			rt.Fatalf("row %s: its claim was taken (now %s, token %s) while its provider call is in flight",
+				c.claim.ID, status, token)
+		}
+	}
+}
