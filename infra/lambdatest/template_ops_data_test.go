@@ -109,7 +109,7 @@ func actions(st map[string]any) []string {
 }
 
 // The read-only inspect function and the retention function: each has its
-// own role granting its logs, the database secret and (with a customer key)
+// own role granting its logs, X-Ray tracing, the database secret and (with a customer key)
 // decrypting it through Secrets Manager; nothing else, and never SQS or
 // the provider credentials.
 func TestInspectAndRetentionRolesAreLeastPrivilege(t *testing.T) {
@@ -133,11 +133,13 @@ func TestInspectAndRetentionRolesAreLeastPrivilege(t *testing.T) {
 				"Logs":           {"logs:CreateLogStream", "logs:PutLogEvents"},
 				"DatabaseSecret": {"secretsmanager:GetSecretValue"},
 				"DecryptSecrets": {"kms:Decrypt"},
+				"Tracing":        {"xray:PutTraceSegments", "xray:PutTelemetryRecords"},
 			}
 			resources := map[string]string{
 				"Logs":           str(map[string]any{"Fn::GetAtt": fn.logGroup + ".Arn"}),
 				"DatabaseSecret": str(map[string]any{"Ref": "DatabaseSecretArn"}),
 				"DecryptSecrets": str(map[string]any{"Ref": "SecretsKmsKeyArn"}),
+				"Tracing":        "*", // X-Ray has no resource-level permissions
 			}
 			sts := statements(t, tmpl, fn.role)
 			var sids []string
@@ -155,8 +157,8 @@ func TestInspectAndRetentionRolesAreLeastPrivilege(t *testing.T) {
 				}
 			}
 			slices.Sort(sids)
-			if !slices.Equal(sids, []string{"DatabaseSecret", "DecryptSecrets", "Logs"}) {
-				t.Errorf("%s statements %v, want Logs, DatabaseSecret, DecryptSecrets only", fn.role, sids)
+			if !slices.Equal(sids, []string{"DatabaseSecret", "DecryptSecrets", "Logs", "Tracing"}) {
+				t.Errorf("%s statements %v, want Logs, Tracing, DatabaseSecret, DecryptSecrets only", fn.role, sids)
 			}
 		})
 	}
