@@ -179,6 +179,12 @@ func emitted(t *testing.T) []emfLine {
 	p.command(t, down)
 	last := p.command(t, down)
 	p.f.Pool.Exec(ctx, `update external_integration_outbox set attempt_count = 9 where id = $1`, last)
+	// A connection that fails CIRCUIT_FAILURE_THRESHOLD (5) times in a row
+	// opens its circuit: CircuitOpened.
+	tripped := p.webhook(t, provider(t, func() int { return 503 }).URL)
+	for range 5 {
+		p.command(t, tripped)
+	}
 	p.tick(t)
 	w, err := p.app.PushWorker(nil)
 	if err != nil {

@@ -17,16 +17,16 @@ import (
 // dead-letter alarm only once the first rows have used up MAX_ATTEMPTS (10)
 // through exponential backoff: 15 periods (75 minutes) into it when this
 // was written.
-func TestProviderOutageTripsFailureRatioBeforeDeadLetter(t *testing.T) {
+func TestProviderOutageTripsTheCircuitAlarmFirst(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const period = 300.0 // seconds, the alarms' Period
 	const healthy, newPerPeriod, maxPeriods = 3, 3, 60
 	tp := loadTemplate(t)
 	alarms := alarmDefs(t, tp)
-	ratio, deadLetter := alarms["WebhookFailureRatioAlarm"], alarms["WebhookDeadLetteredAlarm"]
-	if ratio.datapoint == nil || deadLetter.datapoint == nil {
-		t.Fatal("template lacks WebhookFailureRatioAlarm or WebhookDeadLetteredAlarm")
+	circuit, deadLetter := alarms["WebhookCircuitOpenedAlarm"], alarms["WebhookDeadLetteredAlarm"]
+	if circuit.datapoint == nil || deadLetter.datapoint == nil {
+		t.Fatal("template lacks WebhookCircuitOpenedAlarm or WebhookDeadLetteredAlarm")
 	}
 
 	var down atomic.Bool
@@ -48,6 +48,12 @@ func TestProviderOutageTripsFailureRatioBeforeDeadLetter(t *testing.T) {
 			if _, err := p.f.Pool.Exec(ctx, `update external_integration_outbox set next_attempt_at = now() where id = any($1)`, due); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// Simulated time passes for the circuit breakers too: an open
+		// circuit's cooldown runs down by one period per period.
+		if _, err := p.f.Pool.Exec(ctx, `update integration_outbox_connection_health
+			set open_until = open_until - make_interval(secs => $1) where open_until is not null`, period); err != nil {
+			t.Fatal(err)
 		}
 		for range newPerPeriod {
 			rows = append(rows, p.command(t, conn))
@@ -75,29 +81,29 @@ func TestProviderOutageTripsFailureRatioBeforeDeadLetter(t *testing.T) {
 				}
 			}
 		}
-		if _, ok := firstFired["WebhookDeadLetteredAlarm"]; ok {
+		if k >= healthy+6 { // long enough for every alarm that reacts to the outage
 			break
 		}
 	}
-	r, ok1 := firstFired["WebhookFailureRatioAlarm"]
-	d, ok2 := firstFired["WebhookDeadLetteredAlarm"]
+	// With the circuit breaker (on by default) the broken connection gets a
+	// handful of calls, then one probe per cooldown: too few pushes for the
+	// failure-ratio alarm's minimum, and no attempts used up, so no dead
+	// letters. The alarm that fires is the circuit's, as soon as it opens.
+	c, ok := firstFired["WebhookCircuitOpenedAlarm"]
 	t.Logf("outage from period %d; alarms in ALARM at period: %v", healthy, firstFired)
-	if !ok1 || !ok2 {
-		t.Fatalf("alarms fired %v: want both the failure ratio and the dead-letter alarm", firstFired)
+	if !ok {
+		t.Fatalf("alarms fired %v: want WebhookCircuitOpenedAlarm", firstFired)
 	}
-	if r < healthy {
-		t.Errorf("failure-ratio alarm fired at period %d, before the outage began (%d)", r, healthy)
-	}
-	if r > healthy+2 {
-		t.Errorf("failure-ratio alarm fired at period %d, want within 2 of 3 periods of the outage (%d)", r, healthy)
-	}
-	if d <= r {
-		t.Errorf("dead-letter alarm fired at %d, not after the failure-ratio alarm (%d)", d, r)
+	if c < healthy || c > healthy+2 {
+		t.Errorf("circuit alarm fired at period %d, want within 2 periods of the outage (%d)", c, healthy)
 	}
 	for id, at := range firstFired {
-		if at < r && id != "WebhookFailureRatioAlarm" {
-			t.Errorf("%s fired at %d, before the failure-ratio alarm (%d)", id, at, r)
+		if at < c {
+			t.Errorf("%s fired at %d, before the circuit alarm (%d)", id, at, c)
 		}
+	}
+	if d, ok := firstFired["WebhookDeadLetteredAlarm"]; ok && d <= c {
+		t.Errorf("dead-letter alarm fired at %d, not after the circuit alarm (%d)", d, c)
 	}
 }
 
