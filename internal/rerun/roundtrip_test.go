@@ -37,7 +37,8 @@ func TestRerunDispatchPushRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue := aws.ToString(q.QueueUrl)
-	env := map[string]string{"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": queue, "AWS_REGION": "us-east-1"}
+	env := map[string]string{"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": queue, "AWS_REGION": "us-east-1",
+		"SANDBOX_PROVIDER_ENABLED": "true"}
 	cfg, err := config.Load(func(k string) string { return env[k] }, config.NeedQueue)
 	if err != nil {
 		t.Fatal(err)
