@@ -262,10 +262,9 @@ func (r *report) markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# Benchmarks\n\n")
-	p("Measured side by side in one run: %s UTC; machine: %d CPUs, %s (Linux %s), 1-minute load average %s at the start; %s; command: `%s`; the whole run took %s.\n\n",
-		r.Began.UTC().Format("2006-01-02 15:04"), r.Machine.CPUs, r.Machine.CPUModel, r.Machine.Kernel, r.Machine.Load,
-		r.Machine.GoVersion, r.Command, r.Took.Round(time.Second))
-	p("Absolute times are this run's on this machine and only give scale; the figures to compare are the ratios and counts, each taken beside its reference in the same run.\n\n")
+	p("Measured side by side in one run: %s UTC; %d cores, %s, PostgreSQL 15; command: `%s`; the whole run took %s.\n\n",
+		r.Began.UTC().Format("2006-01-02 15:04"), r.Machine.CPUs, r.Machine.GoVersion, r.Command, r.Took.Round(time.Second))
+	p("Absolute times only give scale; the figures to compare are the ratios and counts, each taken beside its reference in the same run.\n\n")
 	p("| # | Measure | Ours | Beside it | Ratio | Target | Where we stand |\n|---|---|---|---|---|---|---|\n")
 	for _, row := range r.table() {
 		p("| %s | %s | %s | %s | %s | %s | %s |\n", row.n, cell(row.measure), cell(row.ours), cell(row.beside), cell(row.ratio), cell(row.target), row.status)

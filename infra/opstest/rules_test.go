@@ -256,10 +256,10 @@ func sortedKeys[V any](m map[string]V) []string {
 
 var readmeAlarmRow = regexp.MustCompile("(?m)^\\| `([A-Za-z0-9]+Alarm)` \\|")
 
-// README's alarm table has one row per alarm of the template, no more.
+// docs/operations.md's alarm table has one row per alarm of the template, no more.
 func TestReadmeAlarmTableMatchesTemplate(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestReadmeAlarmTableMatchesTemplate(t *testing.T) {
 	}
 	sort.Strings(rows)
 	if got, want := strings.Join(rows, " "), strings.Join(sortedKeys(loadTemplate(t).ofType("AWS::CloudWatch::Alarm")), " "); got != want {
-		t.Errorf("README alarm table rows:\n%s\ntemplate alarms:\n%s", got, want)
+		t.Errorf("docs/operations.md alarm table rows:\n%s\ntemplate alarms:\n%s", got, want)
 	}
 }
 
