@@ -57,7 +57,8 @@ func TestRequestLoggerCarriesRequestAndTraceIDs(t *testing.T) {
 	base := New(&buf, slog.LevelInfo)
 	const trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
 	ctx := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "req-1"})
-	ctx = context.WithValue(ctx, "x-amzn-trace-id", trace) //nolint:staticcheck // the key aws-lambda-go uses
+	//lint:ignore SA1029 aws-lambda-go stores the trace header under this plain string key
+	ctx = context.WithValue(ctx, "x-amzn-trace-id", trace)
 	ForRequest(ctx, base).Info("job finished", "outboxId", "o-1")
 	ForRequest(context.Background(), base).Info("outside Lambda")
 	got := lines(t, &buf)

@@ -2,28 +2,10 @@ package migrate_test
 
 import (
 	"context"
-	"errors"
 	"testing"
-
-	"github.com/pressly/goose/v3"
 
 	"integration-outbox/internal/migrate"
 )
-
-// downAll rolls every migration back, most recent first.
-func downAll(t *testing.T, url string) {
-	t.Helper()
-	for range 100 {
-		err := migrate.Down(context.Background(), url)
-		if errors.Is(err, goose.ErrNoNextVersion) {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Fatal("migrate.Down never reached the start")
-}
 
 // The down step that removes the attempt history removes nothing else: the
 // outbox and its columns are still there right after it.
