@@ -1,7 +1,6 @@
 package inspect
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -37,11 +36,7 @@ type payload struct {
 // *strictjson.FieldError naming the field.
 func Parse(raw []byte) (Request, error) {
 	var p payload
-	if err := strictjson.Decode(raw, &p); err != nil {
-		var fe *strictjson.FieldError
-		if errors.As(err, &fe) && fe.Field == "" {
-			err = &strictjson.FieldError{Field: `""`, Msg: fe.Msg}
-		}
+	if err := strictjson.DecodePayload(raw, &p); err != nil {
 		return Request{}, fmt.Errorf("inspect payload: %w", err)
 	}
 	req, err := p.validate()
@@ -51,39 +46,35 @@ func Parse(raw []byte) (Request, error) {
 	return req, nil
 }
 
-func fieldErr(field, format string, args ...any) error {
-	return &strictjson.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
-}
-
 func (p payload) validate() (Request, error) {
 	var req Request
 	if p.OrganizationID == nil || *p.OrganizationID == "" {
-		return req, fieldErr("organizationId", "is required: every view is scoped to one organization")
+		return req, strictjson.Fieldf("organizationId", "is required: every view is scoped to one organization")
 	}
 	if !message.IsUUID(*p.OrganizationID) {
-		return req, fieldErr("organizationId", "must be a uuid, got %q", clip(*p.OrganizationID))
+		return req, strictjson.Fieldf("organizationId", "must be a uuid, got %q", clip(*p.OrganizationID))
 	}
 	req.OrganizationID = strings.ToLower(*p.OrganizationID)
 	req.Stuck = p.Stuck != nil && *p.Stuck
 	switch {
 	case p.OutboxID != nil && req.Stuck:
-		return req, fieldErr("stuck", "give either outboxId or stuck, not both")
+		return req, strictjson.Fieldf("stuck", "give either outboxId or stuck, not both")
 	case p.OutboxID != nil:
 		if !message.IsUUID(*p.OutboxID) {
-			return req, fieldErr("outboxId", "must be a uuid, got %q", clip(*p.OutboxID))
+			return req, strictjson.Fieldf("outboxId", "must be a uuid, got %q", clip(*p.OutboxID))
 		}
 		req.OutboxID = strings.ToLower(*p.OutboxID)
 	case p.Stuck != nil && !*p.Stuck:
-		return req, fieldErr("stuck", "must be true when given (or give outboxId instead)")
+		return req, strictjson.Fieldf("stuck", "must be true when given (or give outboxId instead)")
 	case !req.Stuck:
-		return req, fieldErr("outboxId", `is required, or "stuck": true for the stuck view`)
+		return req, strictjson.Fieldf("outboxId", `is required, or "stuck": true for the stuck view`)
 	}
 	if p.Limit != nil {
 		if req.OutboxID != "" {
-			return req, fieldErr("limit", "applies to the stuck view only")
+			return req, strictjson.Fieldf("limit", "applies to the stuck view only")
 		}
 		if *p.Limit < 1 || *p.Limit > MaxLimit {
-			return req, fieldErr("limit", "must be from 1 to %d, got %d", MaxLimit, *p.Limit)
+			return req, strictjson.Fieldf("limit", "must be from 1 to %d, got %d", MaxLimit, *p.Limit)
 		}
 		req.Limit = *p.Limit
 	}

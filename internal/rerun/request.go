@@ -2,7 +2,6 @@ package rerun
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -85,12 +84,7 @@ type filterPayload struct {
 // naming the offending field (e.g. "outboxIds[2]", "filter.statuses[0]").
 func Parse(raw []byte) (Request, error) {
 	var p payload
-	if err := strictjson.Decode(raw, &p); err != nil {
-		var fe *strictjson.FieldError
-		if errors.As(err, &fe) && fe.Field == "" {
-			// The empty key ({"": 1}) is named the way it is written.
-			err = &strictjson.FieldError{Field: `""`, Msg: fe.Msg}
-		}
+	if err := strictjson.DecodePayload(raw, &p); err != nil {
 		return Request{}, fmt.Errorf("rerun payload: %w", err)
 	}
 	req, err := p.validate()
@@ -100,22 +94,18 @@ func Parse(raw []byte) (Request, error) {
 	return req, nil
 }
 
-func fieldErr(field, format string, args ...any) error {
-	return &strictjson.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
-}
-
 func (p payload) validate() (Request, error) {
 	var req Request
 	if p.OrganizationID == nil || *p.OrganizationID == "" {
-		return req, fieldErr("organizationId", "is required")
+		return req, strictjson.Fieldf("organizationId", "is required")
 	}
 	if !message.IsUUID(*p.OrganizationID) {
-		return req, fieldErr("organizationId", "must be a uuid, got %q", clip(*p.OrganizationID))
+		return req, strictjson.Fieldf("organizationId", "must be a uuid, got %q", clip(*p.OrganizationID))
 	}
 	req.OrganizationID = strings.ToLower(*p.OrganizationID)
 
 	if p.Reason == nil || strings.TrimSpace(*p.Reason) == "" {
-		return req, fieldErr("reason", "is required: say why these rows are rerun")
+		return req, strictjson.Fieldf("reason", "is required: say why these rows are rerun")
 	}
 	if err := text("reason", *p.Reason, MaxReasonLength); err != nil {
 		return req, err
@@ -131,16 +121,16 @@ func (p payload) validate() (Request, error) {
 	req.Limit = DefaultLimit
 	if p.Limit != nil {
 		if *p.Limit < 1 || *p.Limit > MaxLimit {
-			return req, fieldErr("limit", "must be from 1 to %d, got %d", MaxLimit, *p.Limit)
+			return req, strictjson.Fieldf("limit", "must be from 1 to %d, got %d", MaxLimit, *p.Limit)
 		}
 		req.Limit = *p.Limit
 	}
 
 	switch {
 	case p.OutboxIDs != nil && p.Filter != nil:
-		return req, fieldErr("outboxIds", "give either outboxIds or filter, not both")
+		return req, strictjson.Fieldf("outboxIds", "give either outboxIds or filter, not both")
 	case p.OutboxIDs == nil && p.Filter == nil:
-		return req, fieldErr("outboxIds", "give either outboxIds or filter")
+		return req, strictjson.Fieldf("outboxIds", "give either outboxIds or filter")
 	case p.OutboxIDs != nil:
 		ids, err := validateIDs(p.OutboxIDs, req.Limit)
 		if err != nil {
@@ -160,13 +150,13 @@ func (p payload) validate() (Request, error) {
 
 func validateIDs(in []string, limit int) ([]string, error) {
 	if len(in) == 0 {
-		return nil, fieldErr("outboxIds", "must list at least one id")
+		return nil, strictjson.Fieldf("outboxIds", "must list at least one id")
 	}
 	ids := make([]string, 0, len(in))
 	seen := make(map[string]bool, len(in))
 	for i, id := range in {
 		if !message.IsUUID(id) {
-			return nil, fieldErr(fmt.Sprintf("outboxIds[%d]", i), "must be a uuid, got %q", clip(id))
+			return nil, strictjson.Fieldf(fmt.Sprintf("outboxIds[%d]", i), "must be a uuid, got %q", clip(id))
 		}
 		id = strings.ToLower(id)
 		if !seen[id] {
@@ -175,7 +165,7 @@ func validateIDs(in []string, limit int) ([]string, error) {
 		}
 	}
 	if len(ids) > limit {
-		return nil, fieldErr("outboxIds", "lists %d ids, more than limit %d (raise limit, at most %d)",
+		return nil, strictjson.Fieldf("outboxIds", "lists %d ids, more than limit %d (raise limit, at most %d)",
 			len(ids), limit, MaxLimit)
 	}
 	return ids, nil
@@ -186,12 +176,12 @@ func (p *filterPayload) validate() (*Filter, error) {
 	if p.Statuses == nil {
 		f.Statuses = slices.Clone(Requeueable)
 	} else if len(p.Statuses) == 0 {
-		return nil, fieldErr("filter.statuses", "must list at least one of %s (or be left out for all of them)",
+		return nil, strictjson.Fieldf("filter.statuses", "must list at least one of %s (or be left out for all of them)",
 			strings.Join(Requeueable, ", "))
 	}
 	for i, s := range p.Statuses {
 		if !slices.Contains(Requeueable, s) {
-			return nil, fieldErr(fmt.Sprintf("filter.statuses[%d]", i), "%q is not a requeueable status (%s)",
+			return nil, strictjson.Fieldf(fmt.Sprintf("filter.statuses[%d]", i), "%q is not a requeueable status (%s)",
 				clip(s), strings.Join(Requeueable, ", "))
 		}
 		if !slices.Contains(f.Statuses, s) {
@@ -200,13 +190,13 @@ func (p *filterPayload) validate() (*Filter, error) {
 	}
 	if p.ConnectionID != nil {
 		if !message.IsUUID(*p.ConnectionID) {
-			return nil, fieldErr("filter.connectionId", "must be a uuid, got %q", clip(*p.ConnectionID))
+			return nil, strictjson.Fieldf("filter.connectionId", "must be a uuid, got %q", clip(*p.ConnectionID))
 		}
 		f.ConnectionID = strings.ToLower(*p.ConnectionID)
 	}
 	if p.CommandType != nil {
 		if strings.TrimSpace(*p.CommandType) == "" {
-			return nil, fieldErr("filter.commandType", "must not be empty (leave it out to match every command type)")
+			return nil, strictjson.Fieldf("filter.commandType", "must not be empty (leave it out to match every command type)")
 		}
 		if err := text("filter.commandType", *p.CommandType, maxCommandTypeLength); err != nil {
 			return nil, err
@@ -221,7 +211,7 @@ func (p *filterPayload) validate() (*Filter, error) {
 		return nil, err
 	}
 	if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedBefore.After(f.CreatedAfter) {
-		return nil, fieldErr("filter.createdBefore", "must be later than filter.createdAfter")
+		return nil, strictjson.Fieldf("filter.createdBefore", "must be later than filter.createdAfter")
 	}
 	return f, nil
 }
@@ -232,20 +222,20 @@ func timestamp(field string, s *string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, *s)
 	if err != nil {
-		return time.Time{}, fieldErr(field, "must be an RFC 3339 timestamp such as 2024-05-01T00:00:00Z, got %q", clip(*s))
+		return time.Time{}, strictjson.Fieldf(field, "must be an RFC 3339 timestamp such as 2024-05-01T00:00:00Z, got %q", clip(*s))
 	}
 	return t.UTC(), nil
 }
 
 func text(field, s string, maxLen int) error {
 	if !utf8.ValidString(s) {
-		return fieldErr(field, "must be valid UTF-8")
+		return strictjson.Fieldf(field, "must be valid UTF-8")
 	}
 	if strings.ContainsRune(s, 0) {
-		return fieldErr(field, "must not contain NUL characters")
+		return strictjson.Fieldf(field, "must not contain NUL characters")
 	}
 	if n := utf8.RuneCountInString(s); n > maxLen {
-		return fieldErr(field, "must be at most %d characters, got %d", maxLen, n)
+		return strictjson.Fieldf(field, "must be at most %d characters, got %d", maxLen, n)
 	}
 	return nil
 }

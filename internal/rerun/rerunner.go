@@ -112,7 +112,7 @@ func (r *Rerunner) Handle(ctx context.Context, raw json.RawMessage) (Result, err
 // nothing.
 func (r *Rerunner) Run(ctx context.Context, req Request) (Result, error) {
 	if req.DispatchNow && r.dispatcher == nil {
-		return Result{}, fmt.Errorf("rerun payload: %w", fieldErr("dispatchNow",
+		return Result{}, fmt.Errorf("rerun payload: %w", strictjson.Fieldf("dispatchNow",
 			"cannot dispatch from here: no command queue is configured (PUSH_PURCHASE_ORDER_QUEUE_URL)"))
 	}
 	log := logging.ForRequest(ctx, r.cfg.Logger).With("organizationId", req.OrganizationID)

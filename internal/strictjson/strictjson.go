@@ -22,6 +22,23 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Msg) }
 
+// Fieldf returns a *FieldError naming field.
+func Fieldf(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// DecodePayload decodes like Decode a payload an operator typed: its errors
+// are *FieldError, and the empty key ({"": 1}) is named the way it is
+// written, `""`, so the message always points at something.
+func DecodePayload(data []byte, dst any) error {
+	err := Decode(data, dst)
+	var fe *FieldError
+	if errors.As(err, &fe) && fe.Field == "" {
+		return &FieldError{Field: `""`, Msg: fe.Msg}
+	}
+	return err
+}
+
 // Decode decodes the JSON object data into the struct dst points to. Only
 // keys equal to a field's json tag are accepted.
 func Decode(data []byte, dst any) error {
