@@ -92,7 +92,7 @@ func measurePipeline(ctx context.Context, env *benchEnv, mode cacheMode) (pipeli
 	if err != nil {
 		return res, err
 	}
-	w, err := a.PushWorker(resolver)
+	w, err := a.PushWorkerWith(resolver)
 	if err != nil {
 		return res, err
 	}

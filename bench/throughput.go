@@ -142,7 +142,7 @@ func runOurs(ctx context.Context, env *benchEnv, jobs, consumers int, staged boo
 		if err != nil {
 			return res, err
 		}
-		if workers[i], err = a.PushWorker(nil); err != nil {
+		if workers[i], err = a.PushWorker(); err != nil {
 			return res, err
 		}
 	}

@@ -86,7 +86,7 @@ func measureWorker(ctx context.Context, env *benchEnv) (workerResult, error) {
 	if err != nil {
 		return res, err
 	}
-	w, err := a.PushWorker(nil) // the real resolver, cache on, against moto
+	w, err := a.PushWorker() // the real resolver, cache on, against moto
 	if err != nil {
 		return res, err
 	}

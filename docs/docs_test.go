@@ -34,6 +34,7 @@ import (
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/provider"
+	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/push"
 	"integration-outbox/internal/testenv"
 )
@@ -132,7 +133,7 @@ func pushRealRequest(t *testing.T) realRequest {
 	}
 	webhook := provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: true})
 	t.Cleanup(webhook.CloseIdleConnections)
-	worker, err := push.New(store, resolver, push.Config{Providers: provider.NewRegistry(webhook, nil)})
+	worker, err := push.New(store, resolver, purchaseorder.NewCommand(f.Pool), push.Config{Providers: provider.NewRegistry(webhook)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "dispatch: start-up failed:", err)
 		os.Exit(1)
 	}
-	d, err := a.Dispatcher(nil)
+	d, err := a.Dispatcher(a.SQS())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dispatch: start-up failed:", err)
 		os.Exit(1)

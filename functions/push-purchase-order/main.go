@@ -19,7 +19,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "push-purchase-order: start-up failed:", err)
 		os.Exit(1)
 	}
-	w, err := a.PushWorker(nil)
+	w, err := a.PushWorker()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "push-purchase-order: start-up failed:", err)
 		os.Exit(1)

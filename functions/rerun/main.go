@@ -21,7 +21,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rerun: start-up failed:", err)
 		os.Exit(1)
 	}
-	r, err := a.Rerunner(nil)
+	r, err := a.Rerunner(a.SQS())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rerun: start-up failed:", err)
 		os.Exit(1)

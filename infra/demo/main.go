@@ -118,11 +118,11 @@ func run() error {
 		return err
 	}
 
-	dispatcher, err := a.Dispatcher(nil)
+	dispatcher, err := a.Dispatcher(a.SQS())
 	if err != nil {
 		return err
 	}
-	worker, err := a.PushWorker(nil)
+	worker, err := a.PushWorker()
 	if err != nil {
 		return err
 	}

@@ -110,14 +110,14 @@ func (p *pipeline) tick(t *testing.T) {
 // tickIn is tick with the push invocations' context (a Lambda request).
 func (p *pipeline) tickIn(t *testing.T, ctx context.Context) {
 	t.Helper()
-	d, err := p.app.Dispatcher(nil)
+	d, err := p.app.Dispatcher(p.app.SQS())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Run(ctx, dispatch.Request{}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := p.app.PushWorker(nil)
+	w, err := p.app.PushWorker()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -186,14 +186,14 @@ func emitted(t *testing.T) []emfLine {
 		p.command(t, tripped)
 	}
 	p.tick(t)
-	w, err := p.app.PushWorker(nil)
+	w, err := p.app.PushWorker()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{MessageId: "junk", Body: "{"}}}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := p.app.Rerunner(nil)
+	r, err := p.app.Rerunner(p.app.SQS())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ import (
 // maxListLimit bounds -limit.
 const maxListLimit = 1000
 
-var statuses = []string{outbox.StatusQueued, outbox.StatusProcessing, outbox.StatusCompleted,
-	outbox.StatusFailed, outbox.StatusUncertain, outbox.StatusUnsupported, outbox.StatusDeadLetter}
+var statuses = []string{string(outbox.StatusQueued), string(outbox.StatusProcessing), string(outbox.StatusCompleted),
+	string(outbox.StatusFailed), string(outbox.StatusUncertain), string(outbox.StatusUnsupported), string(outbox.StatusDeadLetter)}
 
 func (c *cli) flags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -166,7 +166,7 @@ func (c *cli) rerun(ctx context.Context, args []string) error {
 		return err
 	}
 	defer a.Close()
-	r, err := a.Rerunner(nil)
+	r, err := a.Rerunner(a.SQS())
 	if err != nil {
 		return err
 	}

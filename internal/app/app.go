@@ -25,6 +25,7 @@ import (
 	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/provider"
+	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/push"
 )
 
@@ -94,14 +95,18 @@ func (a *App) Close() { a.Pool.Close() }
 
 // Routes is the command → queue routing table.
 func (a *App) Routes() dispatch.Routes {
-	return dispatch.Routes{push.CommandType: a.Config.PushPurchaseOrderQueueURL}
+	return dispatch.Routes{purchaseorder.CommandType: a.Config.PushPurchaseOrderQueueURL}
 }
 
 // DispatchRoomWait is how long a dispatch run waits for rows in flight to
 // finish when an in-flight cap holds due rows back, before it claims again.
 const DispatchRoomWait = 250 * time.Millisecond
 
-// Dispatcher builds the dispatch handler.
+// SQS returns an SQS client: the sender of the dispatcher and the rerunner.
+func (a *App) SQS() *sqs.Client { return sqs.NewFromConfig(a.AWS) }
+
+// Dispatcher builds the dispatch handler, which sends through sender
+// (a.SQS() in Lambda).
 func (a *App) Dispatcher(sender dispatch.Sender) (*dispatch.Dispatcher, error) {
 	return a.dispatcher(sender, "dispatch")
 }
@@ -109,7 +114,7 @@ func (a *App) Dispatcher(sender dispatch.Sender) (*dispatch.Dispatcher, error) {
 // dispatcher builds a dispatcher whose metrics name function.
 func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dispatcher, error) {
 	if sender == nil {
-		sender = sqs.NewFromConfig(a.AWS)
+		return nil, fmt.Errorf("%s: no SQS sender", function)
 	}
 	return dispatch.New(outbox.NewStore(a.Pool), sender, dispatch.Config{
 		Routes: a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
@@ -124,14 +129,13 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 // SANDBOX_PROVIDER_ENABLED: in a real deployment a sandbox connection must
 // not mark orders completed that nobody received.
 func (a *App) Providers() provider.Registry {
-	var sandbox *provider.Sandbox
-	if a.Config.SandboxProviderEnabled {
-		sandbox = provider.NewSandbox(provider.SandboxConfig{})
-	}
-	return provider.NewRegistry(
+	ps := []provider.Provider{
 		provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Timeout: a.Config.ProviderTimeout}),
-		sandbox,
-	)
+	}
+	if a.Config.SandboxProviderEnabled {
+		ps = append(ps, provider.NewSandbox(provider.SandboxConfig{}))
+	}
+	return provider.NewRegistry(ps...)
 }
 
 // Credentials builds the Secrets Manager resolver with its cache.
@@ -146,18 +150,22 @@ func (a *App) Credentials() (*credential.Resolver, error) {
 	})
 }
 
-// PushWorker builds the push_purchase_order handler.
-func (a *App) PushWorker(creds push.Credentials) (*push.Worker, error) {
-	if creds == nil {
-		r, err := a.Credentials()
-		if err != nil {
-			return nil, err
-		}
-		creds = r
+// PushWorker builds the push_purchase_order handler with the Secrets
+// Manager resolver of Credentials.
+func (a *App) PushWorker() (*push.Worker, error) {
+	creds, err := a.Credentials()
+	if err != nil {
+		return nil, err
 	}
+	return a.PushWorkerWith(creds)
+}
+
+// PushWorkerWith builds the push_purchase_order handler on another
+// credential resolver (the benchmarks count its lookups).
+func (a *App) PushWorkerWith(creds push.Credentials) (*push.Worker, error) {
 	store := outbox.NewStore(a.Pool).WithCircuit(outbox.Circuit{
 		FailureThreshold: a.Config.CircuitFailureThreshold, Cooldown: a.Config.CircuitCooldown})
-	return push.New(store, creds, push.Config{
+	return push.New(store, creds, purchaseorder.NewCommand(a.Pool), push.Config{
 		Providers: a.Providers(), Concurrency: a.Config.PushConcurrency, MaxAttempts: a.Config.MaxAttempts,
 		ProviderTimeout: a.Config.ProviderTimeout, Logger: a.Logger,
 		Metrics: metrics.NewEmitter(a.Out, "push-purchase-order"),

@@ -7,8 +7,8 @@ import (
 )
 
 // Rerunner builds the rerun handler. Its dispatchNow runs the same
-// dispatcher as functions/dispatch, sending through sender (nil: an SQS
-// client); without PUSH_PURCHASE_ORDER_QUEUE_URL there is nowhere to send,
+// dispatcher as functions/dispatch, sending through sender (a.SQS() in
+// Lambda); without PUSH_PURCHASE_ORDER_QUEUE_URL there is nowhere to send,
 // so the rerunner refuses dispatchNow and only requeues.
 func (a *App) Rerunner(sender dispatch.Sender) (*rerun.Rerunner, error) {
 	var d rerun.Dispatcher // stays a nil interface without a queue

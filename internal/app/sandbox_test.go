@@ -53,7 +53,7 @@ func TestSandboxProviderOnlyWhereSwitchedOn(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(a.Close)
-			w, err := a.PushWorker(nil)
+			w, err := a.PushWorker()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,9 +21,7 @@ import (
 // far beyond 1000 characters.
 type echoProvider struct{}
 
-func (echoProvider) Capabilities() provider.Capabilities {
-	return provider.Capabilities{PurchaseOrders: true}
-}
+func (echoProvider) Name() string { return "echo" }
 
 func (echoProvider) PushPurchaseOrder(_ context.Context, _ provider.Connection, cred credential.Credential, _ provider.PurchaseOrderPush) (provider.Result, error) {
 	tok := cred.Token.Reveal()

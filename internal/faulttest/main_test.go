@@ -38,6 +38,7 @@ import (
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/provider"
+	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/push"
 	"integration-outbox/internal/testenv"
 )
@@ -145,14 +146,14 @@ func (q *queue) len() int {
 
 // counting wraps a provider and counts its calls by idempotency key.
 type counting struct {
-	provider.Provider
+	provider.PurchaseOrderPusher
 	mu    sync.Mutex
 	calls map[string]int
 	total atomic.Int64
 }
 
-func newCounting(p provider.Provider) *counting {
-	return &counting{Provider: p, calls: map[string]int{}}
+func newCounting(p provider.PurchaseOrderPusher) *counting {
+	return &counting{PurchaseOrderPusher: p, calls: map[string]int{}}
 }
 
 func (c *counting) PushPurchaseOrder(ctx context.Context, conn provider.Connection, cred credential.Credential, cmd provider.PurchaseOrderPush) (provider.Result, error) {
@@ -160,7 +161,7 @@ func (c *counting) PushPurchaseOrder(ctx context.Context, conn provider.Connecti
 	c.calls[cmd.IdempotencyKey]++
 	c.mu.Unlock()
 	c.total.Add(1)
-	return c.Provider.PushPurchaseOrder(ctx, conn, cred, cmd)
+	return c.PurchaseOrderPusher.PushPurchaseOrder(ctx, conn, cred, cmd)
 }
 
 func (c *counting) callsFor(key string) int {
@@ -233,7 +234,7 @@ func (e *env) worker(t *testing.T, o workerOpts) *push.Worker {
 	if o.providers == nil {
 		o.providers = provider.Registry{provider.NameWebhook: e.webhook, provider.NameSandbox: e.sandbox}
 	}
-	w, err := push.New(o.store, o.creds, push.Config{
+	w, err := push.New(o.store, o.creds, purchaseorder.NewCommand(e.db), push.Config{
 		Providers: o.providers, MaxAttempts: cmp.Or(o.maxAttempts, 10), ProviderTimeout: cmp.Or(o.timeout, 5*time.Second),
 		RecordReserve: o.recordReserve, Logger: e.log, Jitter: func() float64 { return 0 },
 	})
@@ -249,7 +250,7 @@ func (e *env) dispatcher(t *testing.T, sender dispatch.Sender, lease time.Durati
 		sender = e.q
 	}
 	d, err := dispatch.New(outbox.NewStore(e.db), sender, dispatch.Config{
-		Routes: dispatch.Routes{push.CommandType: e.queueURL}, BatchSize: batch, MaxPerRun: 5000,
+		Routes: dispatch.Routes{purchaseorder.CommandType: e.queueURL}, BatchSize: batch, MaxPerRun: 5000,
 		MaxAttempts: 10, Lease: lease, Logger: e.log,
 	})
 	if err != nil {
@@ -427,7 +428,7 @@ func checkEveryRow(t *testing.T, db outbox.DB) map[string]row {
 	t.Helper()
 	all := rows(t, db)
 	for _, r := range all {
-		switch r.Status {
+		switch outbox.Status(r.Status) {
 		case outbox.StatusQueued, outbox.StatusCompleted, outbox.StatusUncertain, outbox.StatusUnsupported:
 		case outbox.StatusProcessing:
 			if !r.Leased && r.ProviderStatus == "" {
@@ -444,7 +445,7 @@ func checkEveryRow(t *testing.T, db outbox.DB) map[string]row {
 		default:
 			t.Errorf("row %s has unknown status %q", r.ID, r.Status)
 		}
-		if r.Status != outbox.StatusDeadLetter && r.Conflicts != 0 {
+		if outbox.Status(r.Status) != outbox.StatusDeadLetter && r.Conflicts != 0 {
 			t.Errorf("%s row %s has %d open conflicts", r.Status, r.ID, r.Conflicts)
 		}
 		checkStoredText(t, "last_error of "+r.ID, r.LastError)

@@ -22,7 +22,7 @@ import (
 // gate holds provider calls while closed: each call reports its arrival
 // and waits for the gate to open.
 type gate struct {
-	provider.Provider
+	provider.PurchaseOrderPusher
 	closed  atomic.Bool
 	arrived chan struct{}
 	open    chan struct{}
@@ -33,7 +33,7 @@ func (g *gate) PushPurchaseOrder(ctx context.Context, conn provider.Connection, 
 		g.arrived <- struct{}{}
 		<-g.open
 	}
-	return g.Provider.PushPurchaseOrder(ctx, conn, cred, cmd)
+	return g.PurchaseOrderPusher.PushPurchaseOrder(ctx, conn, cred, cmd)
 }
 
 // sendFailsOnce forwards SendMessageBatch calls; the n-th runs fault and
@@ -106,7 +106,7 @@ func TestPostgresRestartMidBatch(t *testing.T) {
 		}
 	}
 
-	g := &gate{Provider: e.sandbox, arrived: make(chan struct{}), open: make(chan struct{})}
+	g := &gate{PurchaseOrderPusher: e.sandbox, arrived: make(chan struct{}), open: make(chan struct{})}
 	worker := e.worker(t, workerOpts{providers: provider.Registry{provider.NameSandbox: g}})
 	var ids []string
 	for i := range 3 {

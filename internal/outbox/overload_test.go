@@ -131,7 +131,7 @@ func TestClaimRotatesThroughMoreOrganizationsThanABatchHolds(t *testing.T) {
 }
 
 // finish starts and completes claims, freeing their room.
-func finish(t *testing.T, s *outbox.Store, claims []outbox.Claim, status, circuit string) outbox.Recorded {
+func finish(t *testing.T, s *outbox.Store, claims []outbox.Claim, status outbox.Status, circuit string) outbox.Recorded {
 	t.Helper()
 	ctx := context.Background()
 	var reqs []outbox.StartRequest

@@ -36,46 +36,21 @@ import (
 // flight (and, without that check, two provider calls in flight for one
 // command): the defect of the "Fix before anyone deploys" issue.
 
-// legacyStartSQL is the first round's startSQL, verbatim.
+// legacyStartSQL is the first round's start statement, its loading of the
+// job's connection and entity left out (the property counts started rows
+// only): it neither checked nor extended the lease.
 const legacyStartSQL = `
 with req as (
     select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[]) as r(id, organization_id, claim_token, connection_id)
-), started as (
-    update external_integration_outbox o
-    set started_at = now(), updated_at = now()
-    from req
-    where o.id = req.id and o.organization_id = req.organization_id
-      and o.integration_connection_id is not distinct from req.connection_id
-      and o.claim_token = req.claim_token
-      and o.status = 'processing' and o.started_at is null
-    returning o.id, o.organization_id, o.integration_connection_id, o.command_type,
-        o.local_entity_type, o.local_entity_id, o.payload_json, o.idempotency_key,
-        o.attempt_count, o.claim_token
 )
-select s.id::text, s.organization_id::text, coalesce(s.integration_connection_id::text, ''),
-    coalesce(s.command_type, ''), coalesce(s.local_entity_type, ''), coalesce(s.local_entity_id::text, ''),
-    coalesce(s.payload_json, '{}'::jsonb), coalesce(s.idempotency_key, s.id::text),
-    s.attempt_count, s.claim_token::text,
-    c.id is not null, coalesce(c.location_id::text, ''), coalesce(c.provider, ''),
-    coalesce(c.credential_reference, ''), coalesce(c.config_json, '{}'::jsonb),
-    po.doc, po.items
-from started s
-left join integration_connections c
-    on c.id = s.integration_connection_id and c.organization_id = s.organization_id
-left join lateral (
-    select to_jsonb(p) as doc, coalesce((
-        select jsonb_agg(jsonb_build_object(
-            'id', l.id, 'stockItemId', l.stock_item_id, 'quantity', l.ordered_quantity,
-            'unitCode', l.purchase_unit_code, 'normalizedUnitCode', l.normalized_unit_code,
-            'unitsPerPurchaseUnit', l.units_per_purchase_unit_snapshot,
-            'unitPriceMinor', l.unit_price_minor_snapshot) order by l.created_at, l.id)
-        from purchase_order_lines l where l.purchase_order_id = p.id), '[]'::jsonb) as items
-    from purchase_orders p
-    where s.command_type = 'push_purchase_order'
-      and p.id = s.local_entity_id and p.organization_id = s.organization_id
-      and (c.location_id is null or p.location_id = c.location_id)
-) po on true
-`
+update external_integration_outbox o
+set started_at = now(), updated_at = now()
+from req
+where o.id = req.id and o.organization_id = req.organization_id
+  and o.integration_connection_id is not distinct from req.connection_id
+  and o.claim_token = req.claim_token
+  and o.status = 'processing' and o.started_at is null
+returning o.id`
 
 const (
 	propMaxAttempts = 3

@@ -362,10 +362,9 @@ select count(*) from ended`
 // matches nothing: the next dispatch may already be reclaiming that row) and
 // extends its lease to $5, the end of the push, so that no reclaim takes a
 // job that is mid-call (a null $5 keeps the lease as it is). The
-// same statement loads the job's connection and, for purchase-order pushes,
-// the order with its lines — organization scoped, and location scoped when
-// the connection has a location. The order's columns come out as they are
-// named (Start turns them into camelCase); its lines in the seed's shape.
+// same statement loads the job's connection, organization scoped. The
+// entity a command acts on is not the outbox's business: each command
+// loads its own, in its own package.
 const startSQL = `
 with req as (
     select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[], $5::timestamptz[])
@@ -389,24 +388,10 @@ select s.id::text, s.organization_id::text, coalesce(s.integration_connection_id
     coalesce(s.payload_json, '{}'::jsonb), coalesce(s.idempotency_key, s.id::text),
     s.attempt_count, s.claim_token::text,
     c.id is not null, coalesce(c.location_id::text, ''), coalesce(c.provider, ''),
-    coalesce(c.credential_reference, ''), coalesce(c.config_json, '{}'::jsonb),
-    po.doc, po.items
+    coalesce(c.credential_reference, ''), coalesce(c.config_json, '{}'::jsonb)
 from started s
 left join integration_connections c
-    on c.id = s.integration_connection_id and c.organization_id = s.organization_id
-left join lateral (
-    select to_jsonb(p) as doc, coalesce((
-        select jsonb_agg(jsonb_build_object(
-            'id', l.id, 'stockItemId', l.stock_item_id, 'quantity', l.ordered_quantity,
-            'unitCode', l.purchase_unit_code, 'normalizedUnitCode', l.normalized_unit_code,
-            'unitsPerPurchaseUnit', l.units_per_purchase_unit_snapshot,
-            'unitPriceMinor', l.unit_price_minor_snapshot) order by l.created_at, l.id)
-        from purchase_order_lines l where l.purchase_order_id = p.id), '[]'::jsonb) as items
-    from purchase_orders p
-    where s.command_type = 'push_purchase_order'
-      and p.id = s.local_entity_id and p.organization_id = s.organization_id
-      and (c.location_id is null or p.location_id = c.location_id)
-) po on true`
+    on c.id = s.integration_connection_id and c.organization_id = s.organization_id`
 
 // recordSQL records the results of started jobs, fenced by their claim token,
 // opens one conflict per row that reached dead_letter, and appends one

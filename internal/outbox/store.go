@@ -15,15 +15,41 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// Status is an outbox row's status (contract).
+type Status string
+
 // Statuses of an outbox row (contract).
 const (
-	StatusQueued      = "queued"
-	StatusProcessing  = "processing"
-	StatusCompleted   = "completed"
-	StatusFailed      = "failed"
-	StatusUncertain   = "uncertain"
-	StatusUnsupported = "unsupported"
-	StatusDeadLetter  = "dead_letter"
+	StatusQueued      Status = "queued"
+	StatusProcessing  Status = "processing"
+	StatusCompleted   Status = "completed"
+	StatusFailed      Status = "failed"
+	StatusUncertain   Status = "uncertain"
+	StatusUnsupported Status = "unsupported"
+	StatusDeadLetter  Status = "dead_letter"
+)
+
+// ConflictType names the cause of a dead-lettered row in the conflict it
+// opens (contract).
+type ConflictType string
+
+// Conflict types (contract).
+const (
+	// ConflictProviderRejected: the provider refused the command (a 4xx
+	// other than 408/409/429), or its attempts are exhausted.
+	ConflictProviderRejected ConflictType = "provider_rejected"
+	// ConflictCredentialRejected: the credential_reference is outside the
+	// prefix, region, account or tenant, or its secret is not JSON.
+	ConflictCredentialRejected ConflictType = "credential_rejected"
+	// ConflictConfigurationInvalid: the connection is missing or its
+	// config_json is unusable.
+	ConflictConfigurationInvalid ConflictType = "configuration_invalid"
+	// ConflictEntityNotFound: the command's entity is missing for the
+	// tenant and the connection's location.
+	ConflictEntityNotFound ConflictType = "entity_not_found"
+	// ConflictPayloadInvalid: payload_json or the idempotency key cannot be
+	// sent.
+	ConflictPayloadInvalid ConflictType = "payload_invalid"
 )
 
 // DB is what the store needs of a pool, a connection or a transaction.
@@ -351,14 +377,11 @@ type Job struct {
 	// Connection is nil when the connection does not exist for the job's
 	// organization.
 	Connection *Connection
-	// PurchaseOrder is the order (camelCase columns plus items) for
-	// push_purchase_order jobs; nil when it does not exist for the job's
-	// organization and the connection's location.
-	PurchaseOrder json.RawMessage
 }
 
 // Start consumes the claims in one statement and returns the jobs it
-// started. A request whose token is stale, whose claim was already started
+// started, each with its connection (what a job's command needs beyond
+// that, its command loads). A request whose token is stale, whose claim was already started
 // or whose lease has expired is not returned: that delivery is a duplicate
 // or too late and must do nothing. A started job's lease is extended to its
 // LeaseUntil.
@@ -386,18 +409,13 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 			j     Job
 			c     Connection
 			found bool
-			po    []byte
-			items []byte
 		)
 		err := r.Scan(&j.ID, &j.OrganizationID, &j.ConnectionID, &j.CommandType, &j.LocalEntityType,
 			&j.LocalEntityID, &j.Payload, &j.IdempotencyKey, &j.AttemptCount, &j.ClaimToken,
-			&found, &c.LocationID, &c.Provider, &c.CredentialReference, &c.Config, &po, &items)
+			&found, &c.LocationID, &c.Provider, &c.CredentialReference, &c.Config)
 		if found {
 			c.ID = j.ConnectionID
 			j.Connection = &c
-		}
-		if err == nil && po != nil {
-			j.PurchaseOrder, err = purchaseOrderDocument(po, items)
 		}
 		return j, err
 	})
@@ -417,7 +435,7 @@ type Outcome struct {
 	LocationID string
 	// Status is the row's next status: completed, uncertain, processing
 	// (accepted by the provider), failed, unsupported or dead_letter.
-	Status            string
+	Status            Status
 	ProviderReference string
 	ProviderStatus    string
 	// LastError is stored when set (already truncated and masked).
@@ -426,7 +444,7 @@ type Outcome struct {
 	RetryIn time.Duration
 	// ConflictType and ConflictSummary describe the conflict of a
 	// dead_letter row.
-	ConflictType    string
+	ConflictType    ConflictType
 	ConflictSummary string
 	// The attempt-history row of the result: when the attempt's provider
 	// call(s) started and finished (zero: the attempt ended before any call,
@@ -468,10 +486,10 @@ func (s *Store) RecordOutcomes(ctx context.Context, outcomes []Outcome) (Recorde
 		circuit                     = make([]*string, n)
 	)
 	for i, o := range outcomes {
-		ids[i], orgs[i], tokens[i], statuses[i] = o.OutboxID, o.OrganizationID, o.ClaimToken, o.Status
+		ids[i], orgs[i], tokens[i], statuses[i] = o.OutboxID, o.OrganizationID, o.ClaimToken, string(o.Status)
 		refs[i], provStatuses[i], errs[i] = nullable(o.ProviderReference), nullable(o.ProviderStatus), nullable(o.LastError)
 		retry[i] = o.RetryIn.Seconds()
-		ctypes[i], summaries[i], locs[i] = nullable(o.ConflictType), nullable(o.ConflictSummary), nullable(o.LocationID)
+		ctypes[i], summaries[i], locs[i] = nullable(string(o.ConflictType)), nullable(o.ConflictSummary), nullable(o.LocationID)
 		conns[i] = nullable(o.ConnectionID)
 		callStarts[i], callEnds[i] = nullableTime(o.CallStartedAt), nullableTime(o.CallFinishedAt)
 		called[i] = o.ProviderCalled

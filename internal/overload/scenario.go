@@ -31,6 +31,7 @@ import (
 	"integration-outbox/internal/dispatch"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/provider"
+	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/push"
 )
 
@@ -178,7 +179,7 @@ func Run(ctx context.Context, url string, sc Scenario, st Settings) (Result, err
 	queue := newSimQueue()
 	store := &countingStore{Store: outbox.NewStore(pool), pool: pool, legacy: st.Legacy}
 	d, err := dispatch.New(store, queue, dispatch.Config{
-		Routes: dispatch.Routes{push.CommandType: "sim"}, BatchSize: sc.ClaimBatch, MaxPerRun: sc.MaxPerRun,
+		Routes: dispatch.Routes{purchaseorder.CommandType: "sim"}, BatchSize: sc.ClaimBatch, MaxPerRun: sc.MaxPerRun,
 		MaxAttempts: 10, Lease: sc.real(sc.Lease), Reserve: sc.real(10 * time.Second),
 		RoomWait: sc.real(250 * time.Millisecond), MaxInFlight: st.MaxInFlight, ConnectionMaxInFlight: st.ConnectionMaxInFlight,
 		Logger: quiet})
@@ -186,7 +187,8 @@ func Run(ctx context.Context, url string, sc Scenario, st Settings) (Result, err
 		return Result{}, err
 	}
 	w, err := push.New(outbox.NewStore(pool).WithCircuit(outbox.Circuit{
-		FailureThreshold: st.CircuitThreshold, Cooldown: sc.real(st.CircuitCooldown)}), noCredentials{}, push.Config{
+		FailureThreshold: st.CircuitThreshold, Cooldown: sc.real(st.CircuitCooldown)}), noCredentials{},
+		purchaseorder.NewCommand(pool), push.Config{
 		Providers: provider.Registry{"sim": prov}, Concurrency: 10, MaxAttempts: 10,
 		ProviderTimeout: sc.real(sc.ProviderTimeout), RecordReserve: sc.real(3 * time.Second), Logger: quiet,
 		RetryDelay: func(attempts int, retryAfter time.Duration, jitter float64) time.Duration {
@@ -544,9 +546,7 @@ func (p *simProvider) successes() int {
 	return p.oks
 }
 
-func (p *simProvider) Capabilities() provider.Capabilities {
-	return provider.Capabilities{PurchaseOrders: true}
-}
+func (p *simProvider) Name() string { return "sim" }
 
 func (p *simProvider) PushPurchaseOrder(ctx context.Context, conn provider.Connection, _ credential.Credential,
 	cmd provider.PurchaseOrderPush) (provider.Result, error) {

@@ -13,11 +13,6 @@ import (
 	"integration-outbox/internal/credential"
 )
 
-// Capabilities says which commands a provider supports.
-type Capabilities struct {
-	PurchaseOrders bool
-}
-
 // Connection is the integration connection a command goes through.
 type Connection struct {
 	ID             string
@@ -55,9 +50,19 @@ type Result struct {
 	StatusCode int
 }
 
-// Provider is one external system.
+// Provider is one external system. The commands it takes are the
+// capability interfaces it implements (PurchaseOrderPusher, …): a command
+// asks for its own with a type assertion, and a provider without it leaves
+// the row unsupported. A new command type brings its own capability
+// interface; this one does not change.
 type Provider interface {
-	Capabilities() Capabilities
+	// Name is the integration_connections.provider value it serves.
+	Name() string
+}
+
+// PurchaseOrderPusher is the capability of push_purchase_order.
+type PurchaseOrderPusher interface {
+	Provider
 	PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error)
 }
 
@@ -128,15 +133,11 @@ const (
 	NameSandbox = "sandbox"
 )
 
-// NewRegistry returns the shipped providers keyed by name; a nil provider is
-// left out.
-func NewRegistry(webhook *Webhook, sandbox *Sandbox) Registry {
-	r := Registry{}
-	if webhook != nil {
-		r[NameWebhook] = webhook
-	}
-	if sandbox != nil {
-		r[NameSandbox] = sandbox
+// NewRegistry returns the providers keyed by their names.
+func NewRegistry(providers ...Provider) Registry {
+	r := make(Registry, len(providers))
+	for _, p := range providers {
+		r[p.Name()] = p
 	}
 	return r
 }

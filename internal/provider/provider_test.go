@@ -23,18 +23,18 @@ func TestNewRegistry(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("Get(%q) = %v, %v; want %v", name, got, err, want)
 		}
-		if !got.Capabilities().PurchaseOrders {
-			t.Errorf("%s: PurchaseOrders capability = false", name)
+		if _, ok := got.(PurchaseOrderPusher); !ok {
+			t.Errorf("%s does not implement PurchaseOrderPusher", name)
 		}
 	}
 	if _, err := r.Get("nope"); !errors.Is(err, ErrUnknownProvider) {
 		t.Errorf("Get(nope) error = %v, want ErrUnknownProvider", err)
 	}
-	if r := NewRegistry(nil, s); len(r) != 1 {
-		t.Errorf("NewRegistry(nil, s) has %d entries, want 1", len(r))
+	if r := NewRegistry(s); len(r) != 1 {
+		t.Errorf("NewRegistry(s) has %d entries, want 1", len(r))
 	}
 	// Without the sandbox (SANDBOX_PROVIDER_ENABLED off) its name says so.
-	_, err := NewRegistry(w, nil).Get(NameSandbox)
+	_, err := NewRegistry(w).Get(NameSandbox)
 	if !errors.Is(err, ErrProviderOff) || !strings.Contains(err.Error(), "SANDBOX_PROVIDER_ENABLED") {
 		t.Errorf("Get(sandbox) without it = %v, want ErrProviderOff naming SANDBOX_PROVIDER_ENABLED", err)
 	}

@@ -52,8 +52,7 @@ type SandboxConfig struct {
 // Whether a key fails is a hash of the key, so a rerun of the same key
 // fails again (change failureRate to let it through). Keys are
 // case-sensitive and unknown keys are an error naming them.
-// "supportsPurchaseOrders" is not offered: Capabilities takes no
-// connection, so the sandbox always supports purchase orders.
+// The sandbox implements every capability it has for every connection.
 type Sandbox struct {
 	sleep func(ctx context.Context, d time.Duration) error
 	// configs caches parsed config_json by its text: a load test sends
@@ -69,8 +68,8 @@ func NewSandbox(cfg SandboxConfig) *Sandbox {
 	return &Sandbox{sleep: cfg.Sleep}
 }
 
-// Capabilities reports that the sandbox takes purchase orders.
-func (s *Sandbox) Capabilities() Capabilities { return Capabilities{PurchaseOrders: true} }
+// Name is "sandbox".
+func (s *Sandbox) Name() string { return NameSandbox }
 
 // PushPurchaseOrder answers as conn.Config says, after its latency.
 func (s *Sandbox) PushPurchaseOrder(ctx context.Context, conn Connection, _ credential.Credential, cmd PurchaseOrderPush) (Result, error) {

@@ -99,8 +99,8 @@ func NewWebhook(cfg WebhookConfig) *Webhook {
 	return &Webhook{cfg: cfg, client: client}
 }
 
-// Capabilities reports that the webhook takes purchase orders.
-func (w *Webhook) Capabilities() Capabilities { return Capabilities{PurchaseOrders: true} }
+// Name is "webhook".
+func (w *Webhook) Name() string { return NameWebhook }
 
 // CloseIdleConnections closes the client's idle keep-alive connections.
 func (w *Webhook) CloseIdleConnections() { w.client.CloseIdleConnections() }

@@ -14,6 +14,7 @@ import (
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/provider"
+	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/push"
 	"integration-outbox/internal/testenv"
 )
@@ -123,9 +124,10 @@ func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ p
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// The attempt history costs no statement: a batch of 10 jobs is still one
-// start and one record statement, 0.2 statements per job.
-func TestBatchOfTenJobsTakesTwoStatements(t *testing.T) {
+// A batch of 10 jobs is one start, one load of the command's entities and
+// one record statement, 0.3 statements per job: the attempt history and the
+// circuit breaker cost no statement of their own.
+func TestBatchOfTenJobsTakesThreeStatements(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rc := newReceiver(t, answer(200, nil, `{"id":"EXT"}`))
@@ -150,7 +152,7 @@ func TestBatchOfTenJobsTakesTwoStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := push.New(outbox.NewStore(pool), resolver, push.Config{
+	w, err := push.New(outbox.NewStore(pool), resolver, purchaseorder.NewCommand(pool), push.Config{
 		Providers: provider.NewRegistry(provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: true, Timeout: 2 * time.Second}),
 			provider.NewSandbox(provider.SandboxConfig{})),
 		MaxAttempts: 10, Jitter: func() float64 { return 0 },
@@ -161,8 +163,8 @@ func TestBatchOfTenJobsTakesTwoStatements(t *testing.T) {
 	if _, err := w.Handle(context.Background(), ev); err != nil {
 		t.Fatal(err)
 	}
-	if n := counter.n.Load(); n != 2 {
-		t.Errorf("%d statements for a batch of 10 jobs, want 2 (start + record)", n)
+	if n := counter.n.Load(); n != 3 {
+		t.Errorf("%d statements for a batch of 10 jobs, want 3 (start + load + record)", n)
 	}
 	if n := b.f.Count(t, `select count(*) from external_integration_attempts where outbox_id = any($1)
 		and outcome = 'completed' and http_status = 200`, ids); n != 10 {

@@ -19,7 +19,7 @@ type batchStats struct {
 }
 
 type providerStats struct {
-	statuses       map[string]int
+	statuses       map[outbox.Status]int
 	latencyMs      []float64
 	circuitsOpened int
 }
@@ -36,7 +36,7 @@ func (s *batchStats) provider(name string) *providerStats {
 	}
 	ps := s.byProvider[name]
 	if ps == nil {
-		ps = &providerStats{statuses: map[string]int{}}
+		ps = &providerStats{statuses: map[outbox.Status]int{}}
 		s.byProvider[name] = ps
 	}
 	return ps
@@ -65,7 +65,10 @@ func (s *batchStats) add(results []jobResult, recorded map[string]bool) {
 }
 
 // statusMetric names the metric each recorded status counts into.
-var statusMetric = []struct{ status, metric string }{
+var statusMetric = []struct {
+	status outbox.Status
+	metric string
+}{
 	{outbox.StatusCompleted, "Completed"},
 	{outbox.StatusFailed, "Failed"},
 	{outbox.StatusDeadLetter, "DeadLettered"},

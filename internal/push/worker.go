@@ -1,6 +1,9 @@
-// Package push is the push_purchase_order worker: it consumes an SQS batch,
-// starts each job under its claim token, calls the connection's provider and
-// records the result, fenced by the same token.
+// Package push is the worker every command type shares: it consumes an SQS
+// batch, starts each job under its claim token, has the command load its
+// entities and send each job to the connection's provider, and records the
+// results, fenced by the same token. What is particular to a command type
+// (its entity, its request, the provider capability it needs) is its
+// Command; internal/purchaseorder is push_purchase_order's.
 package push
 
 import (
@@ -23,9 +26,6 @@ import (
 	"integration-outbox/internal/provider"
 )
 
-// CommandType is the command this worker handles.
-const CommandType = "push_purchase_order"
-
 // Store is what the worker needs of the outbox.
 type Store interface {
 	Start(ctx context.Context, reqs []outbox.StartRequest) ([]outbox.Job, error)
@@ -36,6 +36,43 @@ type Store interface {
 type Credentials interface {
 	Resolve(ctx context.Context, organizationID, reference string) (credential.Credential, error)
 	Invalidate(reference string)
+}
+
+// Command is what one command type brings to the worker.
+type Command interface {
+	// Type is the command_type it delivers; the worker acknowledges any
+	// other message as malformed and leaves any other row unsupported.
+	Type() string
+	// Supports reports whether p has the capability the command needs; a
+	// provider without it leaves the row unsupported.
+	Supports(p provider.Provider) bool
+	// Load loads what the started jobs need beyond their row and
+	// connection, with one statement for the whole batch, and returns one
+	// Delivery per job, in order. An error is the database's: the jobs are
+	// retried later.
+	Load(ctx context.Context, jobs []outbox.Job) ([]Delivery, error)
+}
+
+// Delivery is one loaded job: the provider call that sends it, or why it
+// cannot be sent.
+type Delivery struct {
+	// Send calls p (a provider the command Supports) with the job's
+	// request. Every failure should be a *provider.Error.
+	Send func(ctx context.Context, p provider.Provider, conn provider.Connection, cred credential.Credential) (provider.Result, error)
+	// Refusal, when set, ends the job in dead_letter with no provider call:
+	// its entity is missing, or its payload can never be sent.
+	Refusal *Refusal
+}
+
+// Refusal is why a job cannot be sent, whatever is tried again.
+type Refusal struct {
+	Conflict outbox.ConflictType
+	Reason   string
+}
+
+// Refuse returns the Delivery of a job that cannot be sent.
+func Refuse(conflict outbox.ConflictType, reason string) Delivery {
+	return Delivery{Refusal: &Refusal{Conflict: conflict, Reason: reason}}
 }
 
 // Config configures a Worker.
@@ -57,17 +94,21 @@ type Config struct {
 	Metrics *metrics.Emitter
 }
 
-// Worker handles SQS batches of push_purchase_order messages.
+// Worker handles SQS batches of one command type's messages.
 type Worker struct {
 	store Store
 	creds Credentials
+	cmd   Command
 	cfg   Config
 }
 
-// New returns a worker.
-func New(store Store, creds Credentials, cfg Config) (*Worker, error) {
+// New returns a worker that delivers cmd's jobs.
+func New(store Store, creds Credentials, cmd Command, cfg Config) (*Worker, error) {
 	if len(cfg.Providers) == 0 {
 		return nil, errors.New("push: no providers registered")
+	}
+	if cmd == nil {
+		return nil, errors.New("push: no command")
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 10)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
@@ -80,7 +121,7 @@ func New(store Store, creds Credentials, cfg Config) (*Worker, error) {
 	if cfg.RetryDelay == nil {
 		cfg.RetryDelay = backoff.Delay
 	}
-	return &Worker{store: store, creds: creds, cfg: cfg}, nil
+	return &Worker{store: store, creds: creds, cmd: cmd, cfg: cfg}, nil
 }
 
 type delivery struct {
@@ -100,7 +141,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	var deliveries []delivery
 	for _, rec := range ev.Records {
 		m, err := message.Decode(rec.Body)
-		if err == nil && m.CommandType != CommandType {
+		if err == nil && m.CommandType != w.cmd.Type() {
 			err = fmt.Errorf("message body: commandType: %q is not handled by this function", m.CommandType)
 		}
 		if err != nil {
@@ -149,12 +190,17 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		toRun = append(toRun, d)
 	}
 
-	results := make([]jobResult, len(toRun))
+	jobs = make([]outbox.Job, len(toRun))
+	for i, d := range toRun {
+		jobs[i] = started[d.msg.OutboxID]
+	}
+	loaded := w.load(ctx, log, jobs)
+	results := make([]jobResult, len(jobs))
 	g := errgroup.Group{}
 	g.SetLimit(w.cfg.Concurrency)
-	for i, d := range toRun {
+	for i, j := range jobs {
 		g.Go(func() error {
-			results[i] = w.run(ctx, log, started[d.msg.OutboxID])
+			results[i] = w.run(ctx, log, j, loaded[i])
 			return nil
 		})
 	}
@@ -174,6 +220,46 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		}
 	}
 	return resp, nil
+}
+
+// loaded is a job's Delivery, or why there is none.
+type loaded struct {
+	Delivery
+	// err is the database error that kept the command from loading the
+	// job's entity: the job is retried.
+	err error
+}
+
+// load has the command load the entities of the jobs that can be sent: of
+// its type and with a connection (the others end before any call).
+func (w *Worker) load(ctx context.Context, log *slog.Logger, jobs []outbox.Job) []loaded {
+	out := make([]loaded, len(jobs))
+	var sendable []outbox.Job
+	var at []int
+	for i, j := range jobs {
+		if j.CommandType == w.cmd.Type() && j.Connection != nil {
+			sendable = append(sendable, j)
+			at = append(at, i)
+		}
+	}
+	if len(sendable) == 0 {
+		return out
+	}
+	ds, err := w.cmd.Load(ctx, sendable)
+	if err == nil && len(ds) != len(sendable) {
+		err = fmt.Errorf("command %s loaded %d deliveries for %d jobs", w.cmd.Type(), len(ds), len(sendable))
+	}
+	if err != nil {
+		log.ErrorContext(ctx, "could not load the jobs' entities; they are retried", "count", len(sendable), "error", err.Error())
+		for _, i := range at {
+			out[i].err = err
+		}
+		return out
+	}
+	for k, i := range at {
+		out[i].Delivery = ds[k]
+	}
+	return out
 }
 
 // leaseUntil is when the pushes of this batch end at the latest, their
@@ -269,7 +355,7 @@ type jobResult struct {
 }
 
 // run delivers one started job and returns its outcome; it never fails.
-func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job) jobResult {
+func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job, ld loaded) jobResult {
 	// The job's fields go on each line rather than through Logger.With, which
 	// would format them for every job whether anything is logged or not.
 	log := jobLogger{log: base, attrs: []slog.Attr{slog.String("outboxId", job.ID),
@@ -279,7 +365,7 @@ func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job) job
 	if job.Connection != nil {
 		res.provider = job.Connection.Provider
 	}
-	o, secrets := w.deliver(ctx, log, job, &res.latency)
+	o, secrets := w.deliver(ctx, log, job, ld, &res.latency)
 	o.OutboxID, o.OrganizationID, o.ConnectionID, o.ClaimToken = job.ID, job.OrganizationID, job.ConnectionID, job.ClaimToken
 	if job.Connection != nil {
 		o.LocationID = job.Connection.LocationID
@@ -290,8 +376,8 @@ func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job) job
 	if o.Status == outbox.StatusFailed || o.Status == outbox.StatusDeadLetter {
 		level = slog.LevelWarn
 	}
-	log.logAttrs(ctx, level, "job finished", slog.String("provider", res.provider), slog.String("status", o.Status), slog.String("providerStatus", o.ProviderStatus),
-		slog.String("providerReference", o.ProviderReference), slog.String("conflictType", o.ConflictType),
+	log.logAttrs(ctx, level, "job finished", slog.String("provider", res.provider), slog.String("status", string(o.Status)), slog.String("providerStatus", o.ProviderStatus),
+		slog.String("providerReference", o.ProviderReference), slog.String("conflictType", string(o.ConflictType)),
 		slog.String("error", o.LastError), slog.Float64("retryInSeconds", o.RetryIn.Seconds()),
 		slog.Int64("durationMs", time.Since(began).Milliseconds()))
 	res.outcome = o
@@ -313,13 +399,13 @@ func (l jobLogger) logAttrs(ctx context.Context, level slog.Level, msg string, a
 
 // deliver does the work of one job. It returns the outcome and the secret
 // values that must not appear in any text it stores.
-func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, latency *time.Duration) (outbox.Outcome, []string) {
-	if job.CommandType != CommandType {
+func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld loaded, latency *time.Duration) (outbox.Outcome, []string) {
+	if job.CommandType != w.cmd.Type() {
 		return unsupported(fmt.Sprintf("unsupported command type %q", job.CommandType)), nil
 	}
 	conn := job.Connection
 	if conn == nil {
-		return permanent(ConflictConfigurationInvalid, fmt.Sprintf(
+		return permanent(job, outbox.ConflictConfigurationInvalid, fmt.Sprintf(
 			"integration connection %s not found for the organization", job.ConnectionID)), nil
 	}
 	p, err := w.cfg.Providers.Get(conn.Provider)
@@ -329,22 +415,21 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, lat
 	if err != nil {
 		return unsupported(fmt.Sprintf("provider %q is not supported", conn.Provider)), nil
 	}
-	if !p.Capabilities().PurchaseOrders {
-		return unsupported(fmt.Sprintf("provider %q cannot push purchase orders", conn.Provider)), nil
+	if !w.cmd.Supports(p) {
+		return unsupported(fmt.Sprintf("provider %q cannot take %s", conn.Provider, job.CommandType)), nil
 	}
-	if job.PurchaseOrder == nil {
-		return permanent(ConflictEntityNotFound, fmt.Sprintf(
-			"purchase order %s not found for the organization and the connection's location", job.LocalEntityID)), nil
+	if ld.err != nil {
+		return w.retryable(job, fmt.Sprintf("loading the command's entity: %v", ld.err), 0), nil
 	}
-	supplier, err := externalSupplierID(job.Payload)
-	if err != nil {
-		return permanent(ConflictPayloadInvalid, err.Error()), nil
+	if r := ld.Refusal; r != nil {
+		return permanent(job, r.Conflict, r.Reason), nil
 	}
 	if err := checkIdempotencyKey(job.IdempotencyKey); err != nil {
-		return permanent(ConflictPayloadInvalid, err.Error()), nil
+		return permanent(job, outbox.ConflictPayloadInvalid, err.Error()), nil
 	}
-	cmd := provider.PurchaseOrderPush{CommandType: job.CommandType, IdempotencyKey: job.IdempotencyKey,
-		ExternalSupplierID: supplier, PurchaseOrder: job.PurchaseOrder}
+	if ld.Send == nil {
+		return permanent(job, outbox.ConflictPayloadInvalid, fmt.Sprintf("command %s gave no request to send", job.CommandType)), nil
+	}
 	pconn := provider.Connection{ID: conn.ID, OrganizationID: job.OrganizationID, LocationID: conn.LocationID,
 		Provider: conn.Provider, Config: conn.Config}
 
@@ -357,13 +442,13 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, lat
 		if conn.CredentialReference != "" {
 			if cred, err = w.resolve(ctx, job.OrganizationID, conn.CredentialReference); err != nil {
 				if errors.Is(err, credential.ErrRejected) {
-					return permanent(ConflictCredentialRejected, err.Error()), nil
+					return permanent(job, outbox.ConflictCredentialRejected, err.Error()), nil
 				}
 				return w.retryable(job, err.Error(), 0), nil
 			}
 		}
 		callStart := time.Now()
-		res, made, err := w.call(ctx, p, pconn, cred, cmd)
+		res, made, err := w.call(ctx, p, pconn, cred, ld.Send)
 		*latency += time.Since(callStart)
 		if made && !called {
 			called, first = true, callStart
@@ -409,11 +494,13 @@ func circuitSignal(err error) string {
 	return ""
 }
 
+type sendFunc = func(ctx context.Context, p provider.Provider, conn provider.Connection, cred credential.Credential) (provider.Result, error)
+
 // call runs the provider call under PROVIDER_TIMEOUT, cut so that the
 // result can still be recorded before the invocation's deadline. made is
 // false when no time was left to call at all.
 func (w *Worker) call(ctx context.Context, p provider.Provider, conn provider.Connection,
-	cred credential.Credential, cmd provider.PurchaseOrderPush) (_ provider.Result, made bool, _ error) {
+	cred credential.Credential, send sendFunc) (_ provider.Result, made bool, _ error) {
 	deadline := time.Now().Add(w.cfg.ProviderTimeout)
 	if dl, ok := ctx.Deadline(); ok {
 		if cut := dl.Add(-w.cfg.RecordReserve); cut.Before(deadline) {
@@ -426,7 +513,7 @@ func (w *Worker) call(ctx context.Context, p provider.Provider, conn provider.Co
 	}
 	cctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	res, err := p.PushPurchaseOrder(cctx, conn, cred, cmd)
+	res, err := send(cctx, p, conn, cred)
 	if err != nil && cctx.Err() != nil && ctx.Err() == nil {
 		var perr *provider.Error
 		if !errors.As(err, &perr) {
@@ -469,11 +556,11 @@ func (w *Worker) outcome(job outbox.Job, res provider.Result, err error) outbox.
 	}
 	switch perr.Kind {
 	case provider.Rejected:
-		return permanent(ConflictProviderRejected, err.Error())
+		return permanent(job, outbox.ConflictProviderRejected, err.Error())
 	case provider.ConfigInvalid:
-		return permanent(ConflictConfigurationInvalid, err.Error())
+		return permanent(job, outbox.ConflictConfigurationInvalid, err.Error())
 	case provider.PayloadInvalid:
-		return permanent(ConflictPayloadInvalid, err.Error())
+		return permanent(job, outbox.ConflictPayloadInvalid, err.Error())
 	default:
 		return w.retryable(job, err.Error(), perr.RetryAfter)
 	}
@@ -483,7 +570,7 @@ func (w *Worker) outcome(job outbox.Job, res provider.Result, err error) outbox.
 // attempts are exhausted.
 func (w *Worker) retryable(job outbox.Job, text string, retryAfter time.Duration) outbox.Outcome {
 	if job.AttemptCount >= w.cfg.MaxAttempts {
-		o := permanent(ConflictProviderRejected, fmt.Sprintf("attempts exhausted (%d of %d): %s",
+		o := permanent(job, outbox.ConflictProviderRejected, fmt.Sprintf("attempts exhausted (%d of %d): %s",
 			job.AttemptCount, w.cfg.MaxAttempts, text))
 		return o
 	}
@@ -498,18 +585,10 @@ func (w *Worker) retryable(job outbox.Job, text string, retryAfter time.Duration
 // dead_letter. The row has no lease meanwhile.
 const AcceptedFollowUp = time.Hour
 
-// Conflict types (contract).
-const (
-	ConflictProviderRejected     = "provider_rejected"
-	ConflictCredentialRejected   = "credential_rejected"
-	ConflictConfigurationInvalid = "configuration_invalid"
-	ConflictEntityNotFound       = "entity_not_found"
-	ConflictPayloadInvalid       = "payload_invalid"
-)
-
-func permanent(conflictType, text string) outbox.Outcome {
-	return outbox.Outcome{Status: outbox.StatusDeadLetter, LastError: text, ConflictType: conflictType,
-		ConflictSummary: fmt.Sprintf("Purchase order push reached dead letter (%s): %s", conflictType, text)}
+// permanent ends the job in dead_letter with a conflict of type conflict.
+func permanent(job outbox.Job, conflict outbox.ConflictType, text string) outbox.Outcome {
+	return outbox.Outcome{Status: outbox.StatusDeadLetter, LastError: text, ConflictType: conflict,
+		ConflictSummary: fmt.Sprintf("%s reached dead letter (%s): %s", job.CommandType, conflict, text)}
 }
 
 func unsupported(text string) outbox.Outcome {

@@ -25,6 +25,7 @@ import (
 	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/provider"
+	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/push"
 	"integration-outbox/internal/testenv"
 )
@@ -136,7 +137,7 @@ func setup(t *testing.T, opts ...func(*options)) bundle {
 	if o.logs != nil {
 		logger = slog.New(slog.NewJSONHandler(o.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	w, err := push.New(store, resolver, push.Config{
+	w, err := push.New(store, resolver, purchaseorder.NewCommand(f.Pool), push.Config{
 		Logger: logger,
 		Providers: provider.NewRegistry(
 			provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: true, Timeout: o.timeout}),

@@ -28,7 +28,7 @@ const (
 
 // Requeueable is the statuses a rerun puts back to queued, in the order the
 // contract lists them.
-var Requeueable = []string{outbox.StatusDeadLetter, outbox.StatusFailed, outbox.StatusUncertain}
+var Requeueable = []string{string(outbox.StatusDeadLetter), string(outbox.StatusFailed), string(outbox.StatusUncertain)}
 
 // Request is a validated rerun payload with its defaults applied. Exactly one
 // of OutboxIDs and Filter is set.

@@ -296,7 +296,7 @@ func (r *Rerunner) decide(req Request, cands []candidate) (requeue []string, ski
 }
 
 func (r *Rerunner) skipReason(req Request, c candidate) string {
-	switch c.status {
+	switch outbox.Status(c.status) {
 	case outbox.StatusFailed, outbox.StatusDeadLetter, outbox.StatusUncertain:
 		if !req.ResetAttempts && c.attempts >= r.cfg.MaxAttempts {
 			return ReasonNoAttemptsLeft

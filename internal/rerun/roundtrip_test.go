@@ -54,7 +54,7 @@ func TestRerunDispatchPushRoundTrip(t *testing.T) {
 	b.exec(t, `update external_integration_outbox set last_error = 'attempts exhausted: 503' where id = $1`, id)
 	conflict := b.conflict(t, org, id, "open")
 
-	r, err := a.Rerunner(nil)
+	r, err := a.Rerunner(a.SQS())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestRerunDispatchPushRoundTrip(t *testing.T) {
 		ev.Records = append(ev.Records, events.SQSMessage{MessageId: aws.ToString(msg.MessageId), Body: aws.ToString(msg.Body),
 			EventSource: "aws:sqs", EventSourceARN: "arn:aws:sqs:us-east-1:123456789012:push"})
 	}
-	w, err := a.PushWorker(nil)
+	w, err := a.PushWorker()
 	if err != nil {
 		t.Fatal(err)
 	}

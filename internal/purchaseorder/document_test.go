@@ -1,4 +1,4 @@
-package outbox
+package purchaseorder
 
 import (
 	"encoding/json"
