@@ -4,8 +4,8 @@ package outbox
 // organization_id, and every write that follows a claim is fenced by the
 // claim_token the claim handed out.
 
-// claimSQL claims up to $1 rows, within the in-flight limits, organizations
-// interleaved: every organization with due rows gets a turn before any gets
+// claimSQL claims up to @claim_limit rows, within the in-flight limits,
+// organizations interleaved: every organization with due rows gets a turn before any gets
 // a second one, oldest first within each. Candidates: due rows of the
 // claimable states; rows whose lease expired before the provider accepted
 // them (crash recovery); rows the provider accepted whose follow-up is due
@@ -13,29 +13,31 @@ package outbox
 // done); and due rows without a connection.
 //
 // The due rows come from a skip scan over the (organization, connection)
-// pairs of the claimable index, starting after the organization $8 (the
-// dispatcher rotates it) and wrapping around; it stops once it has as many
+// pairs of the claimable index, starting after the organization
+// @after_organization (the dispatcher rotates it) and wrapping around; it stops once it has as many
 // organizations with a claimable row as the claim may take, so a claim costs
 // O(batch) index probes however many rows and tenants wait.
 //
-// Limits: at most $6 leased rows across all organizations (0: none), at
-// most the connection's config_json.maxInFlight, else $7 (0: none), leased
-// rows per connection; no row of a connection whose circuit is open, and one
-// probe row at a time (none other in flight) once its cooldown is over.
-// $2 MAX_ATTEMPTS, $3 lease seconds, $4 optional organization, $5 optional
-// id list (a rerun's dispatchNow).
+// Limits: at most @max_in_flight leased rows across all organizations (0:
+// none), at most the connection's config_json.maxInFlight, else
+// @connection_max_in_flight (0: none), leased rows per connection; no row
+// of a connection whose circuit is open, and one probe row at a time (none
+// other in flight) once its cooldown is over.
+// @max_attempts: MAX_ATTEMPTS; @lease_seconds: the lease; @organization_id:
+// an optional organization; @ids: an optional id list (a rerun's
+// dispatchNow). Its arguments are named (pgx.NamedArgs).
 //
 // The claimed rows come back with a null summary column; one last row with
 // a null id says whether a limit held due rows back (the dispatcher then
 // waits for room instead of ending its run).
 const claimSQL = `
 with recursive budget as (
-    select case when $6::int > 0 then greatest(0, least($1::int, $6::int - (
+    select case when @max_in_flight::int > 0 then greatest(0, least(@claim_limit::int, @max_in_flight::int - (
             select count(*) from (
                 select 1 from external_integration_outbox
                 where status = 'processing' and provider_status is null and lease_expires_at > now()
-                limit $6::int) leased)::int))
-        else $1::int end as room
+                limit @max_in_flight::int) leased)::int))
+        else @claim_limit::int end as room
 ), walk(org, conn, lap, room, probe, ok, held, org_ok, found) as (
     select p.org, p.conn, p.lap, e.room, e.probe, e.ok, e.held, e.ok, e.ok::int
     from (
@@ -43,21 +45,21 @@ with recursive budget as (
             (select o.organization_id as org, o.integration_connection_id as conn, 0 as lap
              from external_integration_outbox o
              where o.status in ('queued', 'failed') and o.integration_connection_id is not null
-               and o.organization_id > $8::uuid and ($4::uuid is null or o.organization_id = $4)
+               and o.organization_id > @after_organization::uuid and (@organization_id::uuid is null or o.organization_id = @organization_id)
              order by o.organization_id, o.integration_connection_id
              limit 1)
             union all
             (select o.organization_id, o.integration_connection_id, 1
              from external_integration_outbox o
              where o.status in ('queued', 'failed') and o.integration_connection_id is not null
-               and ($4::uuid is null or o.organization_id = $4)
+               and (@organization_id::uuid is null or o.organization_id = @organization_id)
              order by o.organization_id, o.integration_connection_id
              limit 1)
         ) first_pair
         limit 1
     ) p
     cross join lateral (` + pairEligibility + `) e
-    where $5::text[] is null and (select room from budget) > 0
+    where @ids::text[] is null and (select room from budget) > 0
   union all
     select p.org, p.conn, p.lap, e.room, e.probe, e.ok, e.held,
         e.ok or (p.org = w.org and w.org_ok),
@@ -75,21 +77,21 @@ with recursive budget as (
             (select o.organization_id, o.integration_connection_id, w.lap
              from external_integration_outbox o
              where o.status in ('queued', 'failed') and o.integration_connection_id is not null
-               and o.organization_id > w.org and ($4::uuid is null or o.organization_id = $4)
+               and o.organization_id > w.org and (@organization_id::uuid is null or o.organization_id = @organization_id)
              order by o.organization_id, o.integration_connection_id
              limit 1)
             union all
             (select o.organization_id, o.integration_connection_id, 1
              from external_integration_outbox o
              where o.status in ('queued', 'failed') and o.integration_connection_id is not null
-               and w.lap = 0 and ($4::uuid is null or o.organization_id = $4)
+               and w.lap = 0 and (@organization_id::uuid is null or o.organization_id = @organization_id)
              order by o.organization_id, o.integration_connection_id
              limit 1)
         ) next_pair
         limit 1
     ) p
     cross join lateral (` + pairEligibility + `) e
-    where w.found < (select room from budget) and (p.lap = 0 or p.org <= $8::uuid)
+    where w.found < (select room from budget) and (p.lap = 0 or p.org <= @after_organization::uuid)
 ), walked as (
     select * from walk where ok
 ), due as (
@@ -101,7 +103,7 @@ with recursive budget as (
         where d.organization_id = w.org and d.integration_connection_id = w.conn
           and d.status in ('queued', 'failed')
           and coalesce(d.next_attempt_at, now()) <= now()
-          and d.attempt_count < $2
+          and d.attempt_count < @max_attempts
         order by d.created_at
         -- Enough for this organization to fill the batch if the others
         -- have one row each.
@@ -114,20 +116,20 @@ with recursive budget as (
     from external_integration_outbox
     where status in ('queued', 'failed') and integration_connection_id is null
       and coalesce(next_attempt_at, now()) <= now()
-      and attempt_count < $2
-      and ($4::uuid is null or organization_id = $4)
-      and $5::text[] is null
+      and attempt_count < @max_attempts
+      and (@organization_id::uuid is null or organization_id = @organization_id)
+      and @ids::text[] is null
     order by created_at
     limit (select room from budget)
     for update skip locked
 ), listed as (
     select id, organization_id, integration_connection_id, created_at, false as reclaimed
     from external_integration_outbox
-    where $5::text[] is not null and id = any($5::text[]::uuid[])
+    where @ids::text[] is not null and id = any(@ids::text[]::uuid[])
       and status in ('queued', 'failed')
       and coalesce(next_attempt_at, now()) <= now()
-      and attempt_count < $2
-      and ($4::uuid is null or organization_id = $4)
+      and attempt_count < @max_attempts
+      and (@organization_id::uuid is null or organization_id = @organization_id)
     order by created_at
     limit (select room from budget)
     for update skip locked
@@ -136,9 +138,9 @@ with recursive budget as (
     from external_integration_outbox
     where status = 'processing' and provider_status is null
       and lease_expires_at < now()
-      and attempt_count < $2
-      and ($4::uuid is null or organization_id = $4)
-      and ($5::text[] is null or id = any($5::text[]::uuid[]))
+      and attempt_count < @max_attempts
+      and (@organization_id::uuid is null or organization_id = @organization_id)
+      and (@ids::text[] is null or id = any(@ids::text[]::uuid[]))
     order by created_at
     limit (select room from budget)
     for update skip locked
@@ -147,9 +149,9 @@ with recursive budget as (
     from external_integration_outbox
     where status = 'processing' and provider_status is not null
       and next_attempt_at <= now()
-      and attempt_count < $2
-      and ($4::uuid is null or organization_id = $4)
-      and ($5::text[] is null or id = any($5::text[]::uuid[]))
+      and attempt_count < @max_attempts
+      and (@organization_id::uuid is null or organization_id = @organization_id)
+      and (@ids::text[] is null or id = any(@ids::text[]::uuid[]))
     order by created_at
     limit (select room from budget)
     for update skip locked
@@ -196,7 +198,7 @@ with recursive budget as (
         attempt_count = o.attempt_count + 1,
         claim_token = gen_random_uuid(),
         claimed_at = now(),
-        lease_expires_at = now() + make_interval(secs => $3),
+        lease_expires_at = now() + make_interval(secs => @lease_seconds),
         started_at = null,
         next_attempt_at = null,
         provider_status = null,
@@ -211,14 +213,14 @@ select id::text, organization_id::text, coalesce(integration_connection_id::text
 from claimed
 union all
 select null, null, null, null, null, null, null, null, null,
-    (select room from budget) < $1::int or coalesce((select bool_or(held) from walk), false)
+    (select room from budget) < @claim_limit::int or coalesce((select bool_or(held) from walk), false)
         or exists (select 1 from ranked where not within)`
 
 // connectionRoom is how many more rows of the connection p.conn (of the
 // organization p.org) a claim may lease: none while its circuit is open; one
 // probe, when nothing else of it is in flight, once the cooldown is over;
 // else its in-flight limit (config_json.maxInFlight, a positive number, else
-// $7; none when both are unset) minus its leased rows. probe says the row
+// @connection_max_in_flight; none when both are unset) minus its leased rows. probe says the row
 // would be the half-open circuit's probe.
 const connectionRoom = `
     select coalesce(h.open_until > now(), false) as open,
@@ -232,7 +234,7 @@ const connectionRoom = `
                          and (c.config_json ->> 'maxInFlight')::numeric >= 1
                     then least(floor((c.config_json ->> 'maxInFlight')::numeric), 1000000)::int end
             from integration_connections c
-            where c.id = p.conn and c.organization_id = p.org), nullif($7::int, 0)) as n) cap
+            where c.id = p.conn and c.organization_id = p.org), nullif(@connection_max_in_flight::int, 0)) as n) cap
     cross join lateral (
         select count(*)::int as n from (
             select 1 from external_integration_outbox l
@@ -254,7 +256,7 @@ const pairEligibility = `
                 where d.organization_id = p.org and d.integration_connection_id = p.conn
                   and d.status in ('queued', 'failed')
                   and coalesce(d.next_attempt_at, now()) <= now()
-                  and d.attempt_count < $2) as due
+                  and d.attempt_count < @max_attempts) as due
         from (` + connectionRoom + `) r
     ) k`
 
@@ -397,16 +399,20 @@ left join integration_connections c
 // opens one conflict per row that reached dead_letter, and appends one
 // attempt-history row per recorded result (a stale token records neither):
 // the history costs no statement of its own. Its circuit CTEs feed the
-// connections' circuit breakers from the recorded results ($17: a
-// provider call's "success" or retryable "failure", or null; $18
-// CIRCUIT_FAILURE_THRESHOLD, 0: off; $19 CIRCUIT_COOLDOWN seconds): see
-// circuitSQL. It returns the recorded ids, then one row per circuit that
+// connections' circuit breakers from the recorded results
+// (@circuit_signals: a provider call's "success" or retryable "failure", or
+// null; @failure_threshold: CIRCUIT_FAILURE_THRESHOLD, 0: off;
+// @cooldown_seconds: CIRCUIT_COOLDOWN): see circuitSQL. Its arguments are
+// named (pgx.NamedArgs): one array per outcome field. It returns the recorded ids, then one row per circuit that
 // changed state (a null id).
 const recordSQL = `
 with res as (
-    select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[], $5::text[], $6::text[],
-        $7::text[], $8::float8[], $9::text[], $10::text[], $11::text[]::uuid[], $12::text[]::uuid[],
-        $13::timestamptz[], $14::timestamptz[], $15::bool[], $16::int[])
+    select * from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[],
+        @statuses::text[], @provider_references::text[], @provider_statuses::text[],
+        @last_errors::text[], @retry_seconds::float8[], @conflict_types::text[], @conflict_summaries::text[],
+        @location_ids::text[]::uuid[], @connection_ids::text[]::uuid[],
+        @call_started_at::timestamptz[], @call_finished_at::timestamptz[], @provider_called::bool[],
+        @http_statuses::int[])
         as r(id, organization_id, claim_token, status, provider_reference, provider_status,
             last_error, retry_seconds, conflict_type, conflict_summary, location_id, connection_id,
             started_at, finished_at, provider_called, http_status)
@@ -457,8 +463,8 @@ select null, connection_id::text, transition, open_until from circuit_changes`
 
 // circuitSQL is recordSQL's circuit breaker part: per connection, a recorded
 // success closes its circuit; retryable failures add to its consecutive
-// failures, and open the circuit for $19 seconds once they reach $18. A
-// failure once the cooldown is over (the probe's) opens it again for twice
+// failures, and open the circuit for @cooldown_seconds once they reach
+// @failure_threshold. A failure once the cooldown is over (the probe's) opens it again for twice
 // the previous cooldown, at most an hour. A success where nothing failed
 // writes nothing. Rows are locked in connection order (no deadlock between
 // concurrent batches).
@@ -467,8 +473,8 @@ const circuitSQL = `, circuit_signals as (
         count(*) filter (where r.circuit = 'failure') as failures,
         bool_or(r.circuit = 'success') as succeeded
     from updated u
-    join unnest($1::text[]::uuid[], $17::text[]) as r(id, circuit) on r.id = u.id
-    where $18::int > 0 and u.integration_connection_id is not null and r.circuit is not null
+    join unnest(@ids::text[]::uuid[], @circuit_signals::text[]) as r(id, circuit) on r.id = u.id
+    where @failure_threshold::int > 0 and u.integration_connection_id is not null and r.circuit is not null
     group by u.organization_id, u.integration_connection_id
 ), circuit_before as (
     select h.connection_id, h.open_until
@@ -479,9 +485,9 @@ const circuitSQL = `, circuit_signals as (
         consecutive_failures, opened_count, open_until, opened_at, updated_at)
     select s.connection_id, s.organization_id,
         case when s.succeeded then 0 else s.failures end,
-        case when not s.succeeded and s.failures >= $18 then 1 else 0 end,
-        case when not s.succeeded and s.failures >= $18 then now() + make_interval(secs => $19) end,
-        case when not s.succeeded and s.failures >= $18 then now() end,
+        case when not s.succeeded and s.failures >= @failure_threshold then 1 else 0 end,
+        case when not s.succeeded and s.failures >= @failure_threshold then now() + make_interval(secs => @cooldown_seconds) end,
+        case when not s.succeeded and s.failures >= @failure_threshold then now() end,
         now()
     from circuit_signals s
     where not s.succeeded or exists (select 1 from circuit_before b where b.connection_id = s.connection_id)
@@ -492,22 +498,22 @@ const circuitSQL = `, circuit_signals as (
         open_until = case
             when excluded.consecutive_failures = 0 then null
             when h.open_until is null then case
-                when h.consecutive_failures + excluded.consecutive_failures >= $18
-                then now() + make_interval(secs => $19) end
+                when h.consecutive_failures + excluded.consecutive_failures >= @failure_threshold
+                then now() + make_interval(secs => @cooldown_seconds) end
             when h.open_until > now() then h.open_until
-            else now() + make_interval(secs => least($19 * power(2, least(h.opened_count, 20)), greatest($19, 3600)))
+            else now() + make_interval(secs => least(@cooldown_seconds * power(2, least(h.opened_count, 20)), greatest(@cooldown_seconds, 3600)))
         end,
         opened_count = case
             when excluded.consecutive_failures = 0 then 0
             when h.open_until is null then case
-                when h.consecutive_failures + excluded.consecutive_failures >= $18 then 1 else 0 end
+                when h.consecutive_failures + excluded.consecutive_failures >= @failure_threshold then 1 else 0 end
             when h.open_until > now() then h.opened_count
             else h.opened_count + 1
         end,
         opened_at = case
             when excluded.consecutive_failures = 0 then null
             when h.open_until is null or h.open_until <= now() then case
-                when h.open_until is not null or h.consecutive_failures + excluded.consecutive_failures >= $18
+                when h.open_until is not null or h.consecutive_failures + excluded.consecutive_failures >= @failure_threshold
                 then now() else h.opened_at end
             else h.opened_at
         end,

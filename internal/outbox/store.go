@@ -240,8 +240,11 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
 func claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, error) {
 	org, ids := p.scope()
 	after := cmp.Or(p.After, "00000000-0000-0000-0000-000000000000")
-	rows, err := db.Query(ctx, claimSQL, p.Limit, p.MaxAttempts, p.Lease.Seconds(), org, ids,
-		p.MaxInFlight, p.ConnectionMaxInFlight, after)
+	rows, err := db.Query(ctx, claimSQL, pgx.NamedArgs{
+		"claim_limit": p.Limit, "max_attempts": p.MaxAttempts, "lease_seconds": p.Lease.Seconds(),
+		"organization_id": org, "ids": ids, "max_in_flight": p.MaxInFlight,
+		"connection_max_in_flight": p.ConnectionMaxInFlight, "after_organization": after,
+	})
 	if err != nil {
 		return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
 	}
@@ -499,9 +502,15 @@ func (s *Store) RecordOutcomes(ctx context.Context, outcomes []Outcome) (Recorde
 		}
 		circuit[i] = nullable(o.Circuit)
 	}
-	rows, err := s.db.Query(ctx, recordSQL, ids, orgs, tokens, statuses, refs, provStatuses, errs, retry,
-		ctypes, summaries, locs, conns, callStarts, callEnds, called, httpStatuses,
-		circuit, s.circuit.FailureThreshold, s.circuit.Cooldown.Seconds())
+	rows, err := s.db.Query(ctx, recordSQL, pgx.NamedArgs{
+		"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "statuses": statuses,
+		"provider_references": refs, "provider_statuses": provStatuses, "last_errors": errs,
+		"retry_seconds": retry, "conflict_types": ctypes, "conflict_summaries": summaries,
+		"location_ids": locs, "connection_ids": conns, "call_started_at": callStarts,
+		"call_finished_at": callEnds, "provider_called": called, "http_statuses": httpStatuses,
+		"circuit_signals": circuit, "failure_threshold": s.circuit.FailureThreshold,
+		"cooldown_seconds": s.circuit.Cooldown.Seconds(),
+	})
 	if err != nil {
 		return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)
 	}

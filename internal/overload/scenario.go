@@ -189,11 +189,11 @@ func Run(ctx context.Context, url string, sc Scenario, st Settings) (Result, err
 	w, err := push.New(outbox.NewStore(pool).WithCircuit(outbox.Circuit{
 		FailureThreshold: st.CircuitThreshold, Cooldown: sc.real(st.CircuitCooldown)}), noCredentials{},
 		purchaseorder.NewCommand(pool), push.Config{
-		Providers: provider.Registry{"sim": prov}, Concurrency: 10, MaxAttempts: 10,
-		ProviderTimeout: sc.real(sc.ProviderTimeout), RecordReserve: sc.real(3 * time.Second), Logger: quiet,
-		RetryDelay: func(attempts int, retryAfter time.Duration, jitter float64) time.Duration {
-			return sc.real(backoff.Delay(attempts, retryAfter, jitter))
-		}})
+			Providers: provider.Registry{"sim": prov}, Concurrency: 10, MaxAttempts: 10,
+			ProviderTimeout: sc.real(sc.ProviderTimeout), RecordReserve: sc.real(3 * time.Second), Logger: quiet,
+			RetryDelay: func(attempts int, retryAfter time.Duration, jitter float64) time.Duration {
+				return sc.real(backoff.Delay(attempts, retryAfter, jitter))
+			}})
 	if err != nil {
 		return Result{}, err
 	}

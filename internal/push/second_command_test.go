@@ -304,4 +304,3 @@ func TestOutboxCoreNamesNoCommandOrEntity(t *testing.T) {
 		}
 	}
 }
-
