@@ -304,3 +304,44 @@ func TestOutboxCoreNamesNoCommandOrEntity(t *testing.T) {
 		}
 	}
 }
+
+// brokenLoad is the purchase-order command whose load fails, as when the
+// database drops the connection between start and load.
+type brokenLoad struct{ push.Command }
+
+func (brokenLoad) Load(context.Context, []outbox.Job) ([]push.Delivery, error) {
+	return nil, fmt.Errorf("loading purchase orders: %w", context.DeadlineExceeded)
+}
+
+// A load that fails costs the jobs an attempt but no provider call: they are
+// failed with the cause and retried after the backoff, not left to wait for
+// their lease to expire.
+func TestJobsWhoseEntityCannotBeLoadedAreRetriedWithoutACall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := newReceiver(t, answer(200, nil, `{"id":"EXT"}`))
+	id := b.webhookCommand(t, rc.URL, "")
+	resolver, err := credential.NewResolver(b.secrets, credential.ResolverConfig{Prefix: "integrations/", Region: "us-east-1", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := push.New(b.store, resolver, brokenLoad{purchaseorder.NewCommand(b.f.Pool)}, push.Config{
+		Providers: provider.NewRegistry(provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: true, Timeout: 2 * time.Second})),
+		Jitter:    func() float64 { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := w.Handle(context.Background(), b.claim(t, 10))
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("Handle = %+v, %v", resp, err)
+	}
+	r := b.f.Row(t, id)
+	if r.Status != "failed" || !strings.Contains(deref(r.LastError), "loading the command's entity") ||
+		r.RetryInSeconds == nil || *r.RetryInSeconds < 25 {
+		t.Errorf("row = %s, last_error %q, retry in %v; want failed with the load error, retried after the backoff",
+			r.Status, deref(r.LastError), r.RetryInSeconds)
+	}
+	if n := rc.calls.Load(); n != 0 {
+		t.Errorf("provider called %d times", n)
+	}
+}
