@@ -61,7 +61,7 @@ func (d *dyingStore) Record(ctx context.Context, outcomes []outbox.Outcome) ([]s
 // idempotentProvider answers 200 with an id the first time it sees an
 // idempotency key and 409 (already done) after that. When hold is set, its
 // first request calls hold and waits for the caller to hang up.
-func idempotentProvider(hold func()) handler {
+func idempotentProvider(hold func()) testenv.Answer {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	return func(n int, w http.ResponseWriter, r *http.Request) {
@@ -113,7 +113,7 @@ func TestWorkerDiesBetweenStartAndRecord(t *testing.T) {
 			if tc.at == duringCall {
 				hold = cancel
 			}
-			rc := newReceiver(t, idempotentProvider(hold))
+			rc := testenv.NewReceiver(t, idempotentProvider(hold))
 			org := e.f.NewID(t)
 			conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
 				Config: map[string]string{"url": rc.URL}})
@@ -167,7 +167,7 @@ func TestWorkerDiesBetweenStartAndRecord(t *testing.T) {
 			if r.Status != "completed" || r.Attempts != 2 || r.ProviderReference != "EXT-"+key {
 				t.Errorf("final row %+v", r)
 			}
-			keys := rc.keys()
+			keys := rc.Keys()
 			if len(keys) != tc.wantCalls {
 				t.Errorf("provider got %d requests, want %d", len(keys), tc.wantCalls)
 			}
@@ -204,7 +204,7 @@ func TestCancelledInvocationStillRecords(t *testing.T) {
 			if tc.at == duringCall {
 				hold = cancel
 			}
-			rc := newReceiver(t, idempotentProvider(hold))
+			rc := testenv.NewReceiver(t, idempotentProvider(hold))
 			org := e.f.NewID(t)
 			conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
 				Config: map[string]string{"url": rc.URL}})
@@ -238,7 +238,7 @@ func TestCancelledInvocationStillRecords(t *testing.T) {
 			if r.Status != "completed" {
 				t.Errorf("final row %+v", r)
 			}
-			keys := rc.keys()
+			keys := rc.Keys()
 			if len(keys) != tc.wantCalls {
 				t.Errorf("provider got %d requests, want %d", len(keys), tc.wantCalls)
 			}

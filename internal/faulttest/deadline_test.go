@@ -62,7 +62,7 @@ func TestSlowProviderIsCutBeforeTheDeadline(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			hungUp := make(chan struct{}, 1)
-			rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			rc := testenv.NewReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 				select {
 				case <-r.Context().Done():
 					hungUp <- struct{}{}
@@ -95,7 +95,7 @@ func TestSlowProviderIsCutBeforeTheDeadline(t *testing.T) {
 			if r.Status != "failed" || r.NextIn == nil || *r.NextIn < 25 || *r.NextIn > 31 || !strings.Contains(r.LastError, tc.wantErr) {
 				t.Errorf("row %+v, want failed, retry in ≈30s, last_error with %q", r, tc.wantErr)
 			}
-			calls := int(rc.calls.Load() + e.sandbox.total.Load())
+			calls := rc.Calls() + int(e.sandbox.total.Load())
 			if calls != map[bool]int{true: 1, false: 0}[tc.wantCall] {
 				t.Errorf("provider calls %d", calls)
 			}
@@ -141,7 +141,7 @@ func TestSlowSecretsManagerIsCutBeforeTheDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := newReceiver(t, reply(200, `{}`))
+	rc := testenv.NewReceiver(t, testenv.Reply(200, `{}`))
 	org := e.f.NewID(t)
 	conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
 		CredentialReference: "integrations/hanging", Config: map[string]string{"url": rc.URL}})
@@ -165,7 +165,7 @@ func TestSlowSecretsManagerIsCutBeforeTheDeadline(t *testing.T) {
 	if r.Status != "failed" || r.NextIn == nil || !strings.Contains(r.LastError, "secrets manager unavailable") {
 		t.Errorf("row %+v, want failed (retryable) naming Secrets Manager", r)
 	}
-	if rc.calls.Load() != 0 {
-		t.Errorf("provider called %d times without a credential", rc.calls.Load())
+	if rc.Calls() != 0 {
+		t.Errorf("provider called %d times without a credential", rc.Calls())
 	}
 }
