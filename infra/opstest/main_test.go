@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"integration-outbox/internal/app"
@@ -70,13 +68,7 @@ func newPipeline(t *testing.T) *pipeline {
 // webhook inserts a webhook connection to url with a tagged credential.
 func (p *pipeline) webhook(t *testing.T, url string) string {
 	t.Helper()
-	name := fmt.Sprintf("integrations/opstest-%d-%d", os.Getpid(), seq.Add(1))
-	_, err := secretsmanager.NewFromConfig(moto.AWSConfig()).CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
-		Name: aws.String(name), SecretString: aws.String(`{"token":"tok"}`),
-		Tags: []smtypes.Tag{{Key: aws.String("organization_id"), Value: aws.String(p.org)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	name, _ := testenv.CreateSecret(t, secretsmanager.NewFromConfig(moto.AWSConfig()), testenv.SecretName(t, ""), `{"token":"tok"}`, p.org)
 	return p.f.Connection(t, testenv.ConnectionOpts{OrganizationID: p.org, Provider: "webhook",
 		CredentialReference: name, Config: map[string]string{"url": url}})
 }
@@ -132,16 +124,14 @@ func (p *pipeline) tickIn(t *testing.T, ctx context.Context) {
 }
 
 // provider is a local webhook endpoint answering with status().
-func provider(t *testing.T, status func() int) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func provider(t *testing.T, status func() int) *testenv.Receiver {
+	return testenv.NewReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
 		s := status()
 		w.WriteHeader(s)
 		if s < 300 {
 			fmt.Fprintf(w, `{"id":"EXT-%d"}`, seq.Add(1))
 		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	})
 }
 
 // emfLine is one EMF document the functions wrote.

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -69,6 +70,7 @@ func (rc *Receiver) serve(w http.ResponseWriter, r *http.Request) {
 	rc.requests = append(rc.requests, Request{Method: r.Method, URI: r.URL.RequestURI(), Header: r.Header.Clone(), Raw: raw, Body: body})
 	n := len(rc.requests)
 	rc.mu.Unlock()
+	r.Body = io.NopCloser(bytes.NewReader(raw)) // the answer may read it too
 	rc.answer(n, w, r)
 }
 
