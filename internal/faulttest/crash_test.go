@@ -115,10 +115,9 @@ func TestWorkerDiesBetweenStartAndRecord(t *testing.T) {
 			}
 			rc := testenv.NewReceiver(t, idempotentProvider(hold))
 			org := e.f.NewID(t)
-			conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
-				Config: map[string]string{"url": rc.URL}})
-			id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook",
-				EntityID: e.f.PurchaseOrder(t, org, "", 2)})
+			id := e.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Lines: 2,
+				Connection: testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
+					Config: map[string]string{"url": rc.URL}}}).CommandID
 			key := rows(t, e.f.Pool)[id].Key
 
 			if s := e.dispatch(t, 3*time.Second); s.Dispatched != 1 {
@@ -206,10 +205,9 @@ func TestCancelledInvocationStillRecords(t *testing.T) {
 			}
 			rc := testenv.NewReceiver(t, idempotentProvider(hold))
 			org := e.f.NewID(t)
-			conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
-				Config: map[string]string{"url": rc.URL}})
-			id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook",
-				EntityID: e.f.PurchaseOrder(t, org, "", 1)})
+			id := e.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{
+				Connection: testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
+					Config: map[string]string{"url": rc.URL}}}).CommandID
 			key := rows(t, e.f.Pool)[id].Key
 			e.dispatch(t, 15*time.Minute)
 

@@ -74,9 +74,7 @@ func TestSlowProviderIsCutBeforeTheDeadline(t *testing.T) {
 			if tc.webhook {
 				connOpts = testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook", Config: map[string]string{"url": rc.URL}}
 			}
-			conn := e.f.Connection(t, connOpts)
-			id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: connOpts.Provider,
-				EntityID: e.f.PurchaseOrder(t, org, "", 1)})
+			id := e.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Connection: connOpts}).CommandID
 			e.dispatch(t, 15*time.Minute)
 
 			deadline := time.Now().Add(tc.left)
@@ -143,10 +141,9 @@ func TestSlowSecretsManagerIsCutBeforeTheDeadline(t *testing.T) {
 	}
 	rc := testenv.NewReceiver(t, testenv.Reply(200, `{}`))
 	org := e.f.NewID(t)
-	conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
-		CredentialReference: "integrations/hanging", Config: map[string]string{"url": rc.URL}})
-	id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook",
-		EntityID: e.f.PurchaseOrder(t, org, "", 1)})
+	id := e.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{
+		Connection: testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
+			CredentialReference: "integrations/hanging", Config: map[string]string{"url": rc.URL}}}).CommandID
 	e.dispatch(t, 15*time.Minute)
 
 	deadline := time.Now().Add(reserve + 2*time.Second)

@@ -121,11 +121,9 @@ func secret(t *testing.T, value string, orgTag string) string {
 // webhookCommand inserts a connection to url, an order and its command.
 func (b bundle) webhookCommand(t *testing.T, url, credRef string) string {
 	t.Helper()
-	conn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: b.org, Provider: "webhook",
-		CredentialReference: credRef, Config: map[string]string{"url": url}})
-	po := b.f.PurchaseOrder(t, b.org, "", 2)
-	return b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn, Provider: "webhook",
-		EntityID: po, IdempotencyKey: "idem-" + po})
+	return b.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Lines: 2,
+		Connection: testenv.ConnectionOpts{OrganizationID: b.org, Provider: "webhook",
+			CredentialReference: credRef, Config: map[string]string{"url": url}}}).CommandID
 }
 
 // claim claims due rows as the dispatcher does and returns the SQS event the

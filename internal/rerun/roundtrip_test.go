@@ -46,11 +46,11 @@ func TestRerunDispatchPushRoundTrip(t *testing.T) {
 	a := &app.App{Config: cfg, Logger: slog.New(slog.DiscardHandler), Pool: f.Pool, AWS: m.AWSConfig(), Out: io.Discard}
 
 	org := f.NewID(t)
-	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "sandbox", Config: map[string]any{}})
-	po := f.PurchaseOrder(t, org, "", 2)
-	id := f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po,
-		Status: "dead_letter", AttemptCount: cfg.MaxAttempts})
-	b := bundle{f: f, org: org, conn: conn}
+	ids := f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Lines: 2,
+		Connection: testenv.ConnectionOpts{OrganizationID: org, Provider: "sandbox", Config: map[string]any{}},
+		Command:    testenv.CommandOpts{Status: "dead_letter", AttemptCount: cfg.MaxAttempts}})
+	id := ids.CommandID
+	b := bundle{f: f, org: org, conn: ids.ConnectionID}
 	b.exec(t, `update external_integration_outbox set last_error = 'attempts exhausted: 503' where id = $1`, id)
 	conflict := b.conflict(t, org, id, "open")
 
