@@ -223,12 +223,5 @@ func isExecutable(p string) bool {
 // createQueue creates a fresh SQS queue in moto and returns its URL.
 func createQueue(t *testing.T, name string) string {
 	t.Helper()
-	out, err := sqsc.CreateQueue(context.Background(), &sqs.CreateQueueInput{
-		QueueName:  aws.String(fmt.Sprintf("%s-%d", name, time.Now().UnixNano())),
-		Attributes: map[string]string{"VisibilityTimeout": "360"},
-	})
-	if err != nil {
-		t.Fatalf("creating queue %s: %v", name, err)
-	}
-	return aws.ToString(out.QueueUrl)
+	return testenv.CreateQueue(t, sqsc, map[string]string{"VisibilityTimeout": "360"})
 }

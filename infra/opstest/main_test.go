@@ -6,12 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -47,12 +45,9 @@ func newPipeline(t *testing.T) *pipeline {
 	ctx := context.Background()
 	f := pg.NewDB(t)
 	sq := sqs.NewFromConfig(moto.AWSConfig())
-	q, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("opstest-%d-%d", os.Getpid(), seq.Add(1)))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	queue := testenv.CreateQueue(t, sq, nil)
 	env := map[string]string{
-		"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": *q.QueueUrl, "AWS_REGION": "us-east-1",
+		"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": queue, "AWS_REGION": "us-east-1",
 		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_ENDPOINT_URL": moto.URL,
 		"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "PROVIDER_TIMEOUT": "5s", "AWS_LAMBDA_LOG_LEVEL": "INFO",
 	}
@@ -62,7 +57,7 @@ func newPipeline(t *testing.T) *pipeline {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	return &pipeline{f: f, app: a, out: out, queue: *q.QueueUrl, org: f.NewID(t), sqs: sq}
+	return &pipeline{f: f, app: a, out: out, queue: queue, org: f.NewID(t), sqs: sq}
 }
 
 // webhook inserts a webhook connection to url with a tagged credential.

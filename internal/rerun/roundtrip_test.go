@@ -2,11 +2,8 @@ package rerun_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -17,8 +14,6 @@ import (
 	"integration-outbox/internal/config"
 	"integration-outbox/internal/testenv"
 )
-
-var queueSeq atomic.Int64
 
 // TestRerunDispatchPushRoundTrip takes a dead-lettered row through the
 // pipeline as production wires it (app.Rerunner and app.PushWorker on a
@@ -31,12 +26,7 @@ func TestRerunDispatchPushRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	f := newDB(t)
 	client := sqs.NewFromConfig(m.AWSConfig())
-	q, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{
-		QueueName: aws.String(fmt.Sprintf("rerun-push-%d-%d", os.Getpid(), queueSeq.Add(1)))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	queue := aws.ToString(q.QueueUrl)
+	queue := testenv.CreateQueue(t, client, nil)
 	env := map[string]string{"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": queue, "AWS_REGION": "us-east-1",
 		"SANDBOX_PROVIDER_ENABLED": "true"}
 	cfg, err := config.Load(func(k string) string { return env[k] }, config.NeedQueue)
