@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func TestHelperPanics(t *testing.T) {
 	if os.Getenv(helperEnv) != "panic" {
 		t.Skip("run by TestServersDieWithAPanickingTest")
 	}
-	fmt.Printf("PGPORT=%d\n", pg.Port)
+	fmt.Printf("PGDIR=%s\nPGPORT=%d\n", filepath.Dir(pg.DataDir), pg.Port)
 	panic("a test panics")
 }
 
@@ -93,6 +94,13 @@ func TestServersDieWithAPanickingTest(t *testing.T) {
 	port, _, _ = strings.Cut(port, "\n")
 	if code == 0 || !ok || !strings.Contains(out, "a test panics") {
 		t.Fatalf("exit %d, output:\n%s\nwant the helper to start PostgreSQL and panic", code, out)
+	}
+	// No deferred Stop ran: remove the cluster's directory here.
+	if _, dir, ok := strings.Cut(out, "PGDIR="); ok {
+		dir, _, _ = strings.Cut(dir, "\n")
+		if strings.HasPrefix(filepath.Base(dir), "outbox-pg-") {
+			t.Cleanup(func() { os.RemoveAll(dir) })
+		}
 	}
 	for range 100 {
 		conn, err := net.Dial("tcp", "127.0.0.1:"+port)
