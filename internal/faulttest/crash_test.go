@@ -85,6 +85,19 @@ func idempotentProvider(hold func()) testenv.Answer {
 	}
 }
 
+// idempotentCommand inserts one command of a new organization to a webhook
+// receiver answering as idempotentProvider(hold) does, and returns the
+// receiver, the organization, the command and its idempotency key.
+func (e *env) idempotentCommand(t *testing.T, hold func()) (rc *testenv.Receiver, org, id, key string) {
+	t.Helper()
+	rc = testenv.NewReceiver(t, idempotentProvider(hold))
+	org = e.f.NewID(t)
+	id = e.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Lines: 2,
+		Connection: testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
+			Config: map[string]string{"url": rc.URL}}}).CommandID
+	return rc, org, id, rows(t, e.f.Pool)[id].Key
+}
+
 // TestWorkerDiesBetweenStartAndRecord kills the invocation (its context
 // cancelled, and no result ever recorded) at each step of a job. The row
 // keeps its lease (a started job's until the dead invocation's deadline plus
@@ -113,12 +126,7 @@ func TestWorkerDiesBetweenStartAndRecord(t *testing.T) {
 			if tc.at == duringCall {
 				hold = cancel
 			}
-			rc := testenv.NewReceiver(t, idempotentProvider(hold))
-			org := e.f.NewID(t)
-			id := e.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Lines: 2,
-				Connection: testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
-					Config: map[string]string{"url": rc.URL}}}).CommandID
-			key := rows(t, e.f.Pool)[id].Key
+			rc, org, id, key := e.idempotentCommand(t, hold)
 
 			if s := e.dispatch(t, 3*time.Second); s.Dispatched != 1 {
 				t.Fatalf("dispatch %+v", s)
@@ -203,12 +211,7 @@ func TestCancelledInvocationStillRecords(t *testing.T) {
 			if tc.at == duringCall {
 				hold = cancel
 			}
-			rc := testenv.NewReceiver(t, idempotentProvider(hold))
-			org := e.f.NewID(t)
-			id := e.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{
-				Connection: testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
-					Config: map[string]string{"url": rc.URL}}}).CommandID
-			key := rows(t, e.f.Pool)[id].Key
+			rc, _, id, key := e.idempotentCommand(t, hold)
 			e.dispatch(t, 15*time.Minute)
 
 			w := e.worker(t, workerOpts{store: &dyingStore{real: e.store, at: tc.at, cancel: cancel}})
