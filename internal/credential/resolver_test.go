@@ -485,14 +485,7 @@ func TestInvalidate(t *testing.T) {
 
 func TestResolveUnavailableWhenSecretsManagerIsDown(t *testing.T) {
 	t.Parallel()
-	moto, err := testenv.StartMoto()
-	if err != nil {
-		t.Fatalf("StartMoto: %v", err)
-	}
-	t.Cleanup(moto.Stop)
-	if moto.Port == 0 {
-		t.Skip("TEST_AWS_ENDPOINT_URL is set: no moto_server of our own to stop")
-	}
+	moto := testenv.OwnMoto(t)
 	client := newClient(moto.URL, func(o *secretsmanager.Options) { o.RetryMaxAttempts = 1 })
 	r, err := NewResolver(client, ResolverConfig{Region: testRegion})
 	if err != nil {

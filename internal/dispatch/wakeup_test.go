@@ -36,18 +36,11 @@ func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQu
 // countingDispatcher is a dispatcher whose store's pool counts its statements.
 func (b bundle) countingDispatcher(t testing.TB, batch, maxPerRun int) (*dispatch.Dispatcher, *statementCounter) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(b.f.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	counter := &statementCounter{}
-	cfg.ConnConfig.Tracer = counter
-	cfg.MaxConns = 4 // what one dispatch container opens
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.OpenPool(t, b.f.URL, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Tracer = counter
+		cfg.MaxConns = 4 // what one dispatch container opens
+	})
 	d, err := dispatch.New(outbox.NewStore(pool), b.sqs, dispatch.Config{
 		Routes: dispatch.Routes{"push_purchase_order": b.queue}, BatchSize: batch, MaxPerRun: maxPerRun,
 		MaxAttempts: 10, Lease: 15 * time.Minute})

@@ -47,14 +47,7 @@ func (s *throttling) DescribeSecret(ctx context.Context, in *secretsmanager.Desc
 // restarts empty, so the secret is created again) the retries complete.
 func TestSecretsManagerUnavailable(t *testing.T) {
 	t.Parallel()
-	m2, err := testenv.StartMoto()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m2.Stop)
-	if m2.Port == 0 {
-		t.Skip("TEST_AWS_ENDPOINT_URL is set: this test needs a moto_server it can stop")
-	}
+	m2 := testenv.OwnMoto(t)
 	e := newEnv(t)
 	api := secretsmanager.NewFromConfig(m2.AWSConfig())
 	sm := &throttling{SecretsAPI: api}

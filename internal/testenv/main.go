@@ -185,3 +185,36 @@ func (s *OnDemand) stop() {
 		s.pg.Stop()
 	}
 }
+
+// OwnPostgres starts a cluster for this test alone, one it may stop and
+// restart while the shared one stays up; it is stopped when the test ends.
+// The test is skipped when TEST_DATABASE_URL is set (no server of its own).
+func OwnPostgres(t testing.TB) *Postgres {
+	t.Helper()
+	pg, err := StartPostgres()
+	if err != nil {
+		t.Fatalf("starting PostgreSQL: %v", err)
+	}
+	t.Cleanup(pg.Stop)
+	if pg.DataDir == "" {
+		t.Skip("TEST_DATABASE_URL is set: this test needs a server it can stop")
+	}
+	return pg
+}
+
+// OwnMoto starts a moto_server for this test alone, one it may stop and
+// restart while the shared one stays up; it is stopped when the test ends.
+// The test is skipped when TEST_AWS_ENDPOINT_URL is set (no server of its
+// own).
+func OwnMoto(t testing.TB) *Moto {
+	t.Helper()
+	m, err := StartMoto()
+	if err != nil {
+		t.Fatalf("starting moto_server: %v", err)
+	}
+	t.Cleanup(m.Stop)
+	if m.Port == 0 {
+		t.Skip("TEST_AWS_ENDPOINT_URL is set: this test needs a moto_server it can stop")
+	}
+	return m
+}
