@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"integration-outbox/internal/testenv"
+	"integration-outbox/internal/testenv/cfntemplate"
 )
 
 // loadTemplateMap reads template.yaml into maps and lists, the short-form
@@ -15,7 +15,7 @@ import (
 // ({"Ref": …}, {"Fn::GetAtt": …}).
 func loadTemplateMap(t *testing.T) map[string]any {
 	t.Helper()
-	return testenv.LoadTemplate(t, filepath.Join(repoRoot, "template.yaml")).Map(t)
+	return cfntemplate.Load(t, filepath.Join(repoRoot, "template.yaml")).Map(t)
 }
 
 // at walks a path of keys through the template.

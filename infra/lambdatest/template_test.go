@@ -7,13 +7,13 @@ import (
 	"strings"
 	"testing"
 
-	"integration-outbox/internal/testenv"
+	"integration-outbox/internal/testenv/cfntemplate"
 
 	"gopkg.in/yaml.v3"
 )
 
 // Rules on template.yaml that neither cfn-lint, SAM's translator nor moto
-// check, kept as tests. They read the template with testenv's reader as
+// check, kept as tests. They read the template with internal/testenv/cfntemplate as
 // yaml.v3 nodes, on which CloudFormation's short forms (!Ref, !GetAtt, !Sub,
 // !If, ...) stay tags; the helpers below walk them.
 
@@ -25,13 +25,13 @@ type cfnTemplate struct {
 // loadTemplate parses the repository's template.yaml.
 func loadTemplate(t testing.TB) cfnTemplate {
 	t.Helper()
-	return cfnTemplate{root: testenv.LoadTemplate(t, filepath.Join(repoRoot, "template.yaml")).Root}
+	return cfnTemplate{root: cfntemplate.Load(t, filepath.Join(repoRoot, "template.yaml")).Root}
 }
 
 // parseTemplate parses a template's text.
 func parseTemplate(t testing.TB, src []byte) cfnTemplate {
 	t.Helper()
-	return cfnTemplate{root: testenv.ParseTemplate(t, src).Root}
+	return cfnTemplate{root: cfntemplate.Parse(t, src).Root}
 }
 
 // get follows mapping keys from n; nil when a key is missing or n is not a

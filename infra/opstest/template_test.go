@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"integration-outbox/internal/testenv"
+	"integration-outbox/internal/testenv/cfntemplate"
 )
 
 // repoRoot is the module root, two levels up from this package.
@@ -19,7 +19,7 @@ type tmpl map[string]any
 
 func loadTemplate(t *testing.T) tmpl {
 	t.Helper()
-	return testenv.LoadTemplate(t, filepath.Join(repoRoot, "template.yaml")).Map(t)
+	return cfntemplate.Load(t, filepath.Join(repoRoot, "template.yaml")).Map(t)
 }
 
 func (tp tmpl) resources() map[string]map[string]any {

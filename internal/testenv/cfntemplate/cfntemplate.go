@@ -1,4 +1,7 @@
-package testenv
+// Package cfntemplate is the one reader of template.yaml for the tests that
+// check it (infra/lambdatest, infra/opstest). It lives apart from testenv so
+// that modules using testenv (bench) do not need yaml.v3.
+package cfntemplate
 
 import (
 	"fmt"
@@ -17,19 +20,19 @@ type Template struct {
 	Root *yaml.Node
 }
 
-// LoadTemplate reads and parses the template at path.
-func LoadTemplate(t testing.TB, path string) Template {
+// Load reads and parses the template at path.
+func Load(t testing.TB, path string) Template {
 	t.Helper()
 	src, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ParseTemplate(t, src)
+	return Parse(t, src)
 }
 
-// ParseTemplate parses a template's text; the test fails unless it is a
-// YAML mapping.
-func ParseTemplate(t testing.TB, src []byte) Template {
+// Parse parses a template's text; the test fails unless it is a YAML
+// mapping.
+func Parse(t testing.TB, src []byte) Template {
 	t.Helper()
 	var doc yaml.Node
 	if err := yaml.Unmarshal(src, &doc); err != nil {
