@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,30 +15,21 @@ import (
 // The claim benchmarks share one throwaway cluster, started by the first
 // benchmark that needs it and stopped when the test binary ends.
 var (
-	clusterOnce sync.Once
-	cluster     *benchEnv
-	clusterErr  error
-	claimDBs    = map[int]claimDatabases{}
+	servers  testenv.OnDemand
+	cluster  *benchEnv
+	claimDBs = map[int]claimDatabases{}
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if cluster != nil {
-		cluster.pg.Stop()
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.WithOnDemand(&servers))
 }
 
 // claimDatabasesFor loads (once per test binary) the three claim databases
 // of a size.
 func claimDatabasesFor(b *testing.B, rows int) claimDatabases {
 	b.Helper()
-	clusterOnce.Do(func() {
-		pg, err := testenv.StartPostgres()
-		cluster, clusterErr = &benchEnv{pg: pg}, err
-	})
-	if clusterErr != nil {
-		b.Fatal(clusterErr)
+	if cluster == nil {
+		cluster = &benchEnv{pg: servers.Postgres(b)}
 	}
 	if dbs, ok := claimDBs[rows]; ok {
 		return dbs

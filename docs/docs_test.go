@@ -11,23 +11,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"integration-outbox/internal/credential"
@@ -45,18 +40,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		panic(err)
-	}
-	if moto, err = testenv.StartMoto(); err != nil {
-		pg.Stop()
-		panic(err)
-	}
-	code := m.Run()
-	moto.Stop()
-	pg.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.WithPostgres(&pg), testenv.WithMoto(&moto))
 }
 
 // The connection's signing secrets during a rotation: the new one in the
@@ -67,42 +51,20 @@ const (
 	foreignSecret = "whsec_c29tZW9uZSBlbHNlJ3Mga2V5IQ=="
 )
 
-// realRequest is what the receiver got.
-type realRequest struct {
-	body   []byte
-	header http.Header
-}
-
 // pushRealRequest runs one push_purchase_order command through the real
 // worker and webhook provider to a local receiver and returns the request
 // it received. The receiver answers 201 {"id":"SUP-ORDER-1"}.
-func pushRealRequest(t *testing.T) realRequest {
+func pushRealRequest(t *testing.T) testenv.Request {
 	t.Helper()
 	ctx := context.Background()
 	f := pg.NewDB(t)
 	org := f.NewID(t)
 
-	var (
-		mu  sync.Mutex
-		got []realRequest
-	)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		got = append(got, realRequest{body: body, header: r.Header.Clone()})
-		mu.Unlock()
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte(`{"id":"SUP-ORDER-1"}`))
-	}))
-	t.Cleanup(srv.Close)
+	srv := testenv.NewReceiver(t, testenv.Reply(http.StatusCreated, `{"id":"SUP-ORDER-1"}`))
 
 	sm := secretsmanager.NewFromConfig(moto.AWSConfig())
-	name := fmt.Sprintf("integrations/receivers-doc-%d", time.Now().UnixNano())
 	secret := fmt.Sprintf(`{"token":"doc-token","signingSecret":%q,"signingSecrets":[%q,%q]}`, oldSecret, newSecret, oldSecret)
-	if _, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(secret),
-		Tags: []smtypes.Tag{{Key: aws.String(credential.OrganizationTag), Value: aws.String(org)}}}); err != nil {
-		t.Fatalf("CreateSecret: %v", err)
-	}
+	name, _ := testenv.CreateSecret(t, sm, testenv.SecretName(t, ""), secret, org)
 	resolver, err := credential.NewResolver(sm, credential.ResolverConfig{Region: "us-east-1"})
 	if err != nil {
 		t.Fatal(err)
@@ -145,8 +107,7 @@ func pushRealRequest(t *testing.T) realRequest {
 	if row.Status != "completed" || row.ProviderReference == nil || *row.ProviderReference != "SUP-ORDER-1" {
 		t.Fatalf("row = %+v, want completed with provider reference SUP-ORDER-1", row)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	got := srv.Requests()
 	if len(got) != 1 {
 		t.Fatalf("receiver got %d requests, want 1", len(got))
 	}
@@ -163,9 +124,9 @@ func TestReceiverDocAgainstARealRequest(t *testing.T) {
 
 	t.Run("headers as documented", func(t *testing.T) {
 		t.Parallel()
-		h := req.header
+		h := req.Header
 		var body struct{ IdempotencyKey string }
-		if err := json.Unmarshal(req.body, &body); err != nil {
+		if err := json.Unmarshal(req.Raw, &body); err != nil {
 			t.Fatal(err)
 		}
 		for name, want := range map[string]string{
@@ -199,8 +160,8 @@ func TestReceiverDocAgainstARealRequest(t *testing.T) {
 	t.Run("body matches the JSON Schema", func(t *testing.T) {
 		t.Parallel()
 		schema := compileSchema(t)
-		if err := schema.Validate(mustInstance(t, req.body)); err != nil {
-			t.Fatalf("the real body does not match receivers.schema.json: %v\n%s", err, req.body)
+		if err := schema.Validate(mustInstance(t, req.Raw)); err != nil {
+			t.Fatalf("the real body does not match receivers.schema.json: %v\n%s", err, req.Raw)
 		}
 		// The schema is not vacuous: it refuses what a receiver must not get.
 		for name, mutate := range map[string]func(body, po, item map[string]any){
@@ -212,7 +173,7 @@ func TestReceiverDocAgainstARealRequest(t *testing.T) {
 			"fractional minor":    func(_, _, item map[string]any) { item["unitPriceMinor"] = 19.99 },
 		} {
 			var body map[string]any
-			if err := json.Unmarshal(req.body, &body); err != nil {
+			if err := json.Unmarshal(req.Raw, &body); err != nil {
 				t.Fatal(err)
 			}
 			po := body["purchaseOrder"].(map[string]any)
@@ -226,8 +187,8 @@ func TestReceiverDocAgainstARealRequest(t *testing.T) {
 			}
 		}
 		for _, want := range []string{`"quantity":1.500`, `"stockItemId":null`, `"unitPriceMinor":null`, `"locationId":null`} {
-			if !bytes.Contains(req.body, []byte(want)) {
-				t.Errorf("the real body lacks %s (the fixture line with exact decimals and nulls): %s", want, req.body)
+			if !bytes.Contains(req.Raw, []byte(want)) {
+				t.Errorf("the real body lacks %s (the fixture line with exact decimals and nulls): %s", want, req.Raw)
 			}
 		}
 	})
@@ -272,15 +233,15 @@ from-the-future standard=fail outbox=fail
 
 // writeCases writes the request (body.bin, headers.json with lower-case
 // names) and cases.json into a fresh directory.
-func writeCases(t *testing.T, req realRequest) string {
+func writeCases(t *testing.T, req testenv.Request) string {
 	t.Helper()
 	dir := t.TempDir()
-	ts, err := strconv.ParseInt(req.header.Get("webhook-timestamp"), 10, 64)
+	ts, err := strconv.ParseInt(req.Header.Get("webhook-timestamp"), 10, 64)
 	if err != nil {
 		t.Fatalf("webhook-timestamp: %v", err)
 	}
 	headers := map[string]string{}
-	for k, v := range req.header {
+	for k, v := range req.Header {
 		headers[strings.ToLower(k)] = v[0]
 	}
 	cases := []verifyCase{
@@ -301,7 +262,7 @@ func writeCases(t *testing.T, req realRequest) string {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "body.bin"), req.body, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "body.bin"), req.Raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return dir

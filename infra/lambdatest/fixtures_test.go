@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"integration-outbox/internal/testenv"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -54,16 +56,7 @@ func newStack(t *testing.T, name string) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.OpenPool(t, url, func(cfg *pgxpool.Config) { cfg.MaxConns = 4 })
 	return &stack{DatabaseURL: url, Pool: pool, QueueURL: createQueue(t, name)}
 }
 

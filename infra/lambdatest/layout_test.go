@@ -1,11 +1,9 @@
 package lambdatest_test
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -17,55 +15,17 @@ type templateFunction struct {
 	CodeUri   string
 }
 
-var (
-	resourceRE = regexp.MustCompile(`^  ([A-Za-z0-9]+):\s*(#.*)?$`)
-	typeRE     = regexp.MustCompile(`^    Type:\s*(\S+)`)
-	codeUriRE  = regexp.MustCompile(`^      CodeUri:\s*(\S+)`)
-	topKeyRE   = regexp.MustCompile(`^[A-Za-z]`)
-)
-
-// templateFunctions reads the functions of template.yaml. It relies on the
-// template's block style (two-space indentation, one key a line), which
-// cfn-lint and this test keep: a reformatted template fails here loudly
-// rather than passing with nothing checked.
+// templateFunctions reads the functions of template.yaml, in template order.
 func templateFunctions(t *testing.T) []templateFunction {
 	t.Helper()
-	f, err := os.Open(filepath.Join(repoRoot, "template.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var (
-		out        []templateFunction
-		inResource bool
-		cur        struct{ id, typ, codeURI string }
-	)
-	flush := func() {
-		if cur.typ == "AWS::Serverless::Function" {
-			out = append(out, templateFunction{LogicalID: cur.id, CodeUri: strings.TrimSuffix(cur.codeURI, "/")})
+	tp := loadTemplate(t)
+	var out []templateFunction
+	for _, id := range tp.resourcesOfType("AWS::Serverless::Function") {
+		var codeURI string
+		if n := tp.property(id, "CodeUri"); n != nil {
+			codeURI = n.Value
 		}
-		cur.id, cur.typ, cur.codeURI = "", "", ""
-	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case topKeyRE.MatchString(line):
-			flush()
-			inResource = strings.HasPrefix(line, "Resources:")
-		case !inResource:
-		case resourceRE.MatchString(line):
-			flush()
-			cur.id = resourceRE.FindStringSubmatch(line)[1]
-		case typeRE.MatchString(line):
-			cur.typ = typeRE.FindStringSubmatch(line)[1]
-		case codeUriRE.MatchString(line):
-			cur.codeURI = codeUriRE.FindStringSubmatch(line)[1]
-		}
-	}
-	flush()
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+		out = append(out, templateFunction{LogicalID: id, CodeUri: strings.TrimSuffix(codeURI, "/")})
 	}
 	if len(out) == 0 {
 		t.Fatal("template.yaml: found no AWS::Serverless::Function under Resources")

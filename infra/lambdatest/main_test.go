@@ -34,25 +34,16 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	testenv.Main(m, testenv.WithPostgres(&pg), testenv.WithMoto(&moto),
+		testenv.WithSetup(setup), testenv.WithCleanup(builds.cleanup))
 }
 
-func run(m *testing.M) int {
+// setup finds the repository and builds the clients the tests share.
+func setup() error {
 	var err error
 	if repoRoot, err = findRepoRoot(); err != nil {
-		fmt.Fprintln(os.Stderr, "lambdatest:", err)
-		return 1
+		return err
 	}
-	if pg, err = testenv.StartPostgres(); err != nil {
-		fmt.Fprintln(os.Stderr, "lambdatest:", err)
-		return 1
-	}
-	defer pg.Stop()
-	if moto, err = testenv.StartMoto(); err != nil {
-		fmt.Fprintln(os.Stderr, "lambdatest:", err)
-		return 1
-	}
-	defer moto.Stop()
 	cfg := aws.Config{
 		Region: awsRegion,
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
@@ -62,9 +53,7 @@ func run(m *testing.M) int {
 	}
 	sqsc = sqs.NewFromConfig(cfg)
 	smc = secretsmanager.NewFromConfig(cfg)
-	code := m.Run()
-	builds.cleanup()
-	return code
+	return nil
 }
 
 // findRepoRoot is the directory of the main module's go.mod.
@@ -234,12 +223,5 @@ func isExecutable(p string) bool {
 // createQueue creates a fresh SQS queue in moto and returns its URL.
 func createQueue(t *testing.T, name string) string {
 	t.Helper()
-	out, err := sqsc.CreateQueue(context.Background(), &sqs.CreateQueueInput{
-		QueueName:  aws.String(fmt.Sprintf("%s-%d", name, time.Now().UnixNano())),
-		Attributes: map[string]string{"VisibilityTimeout": "360"},
-	})
-	if err != nil {
-		t.Fatalf("creating queue %s: %v", name, err)
-	}
-	return aws.ToString(out.QueueUrl)
+	return testenv.CreateQueue(t, sqsc, map[string]string{"VisibilityTimeout": "360"})
 }

@@ -7,17 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
+	"integration-outbox/internal/testenv"
 )
 
 const (
@@ -25,60 +19,28 @@ const (
 	acmeSigningSecret = "whsec-acme-9c41"
 )
 
-// webhookReceiver is Acme's ERP: it records every request and answers 201
+// newWebhookReceiver is Acme's ERP: it records every request and answers 201
 // with a provider reference.
-type webhookReceiver struct {
-	*httptest.Server
-	mu   sync.Mutex
-	reqs []receivedRequest
-}
-
-type receivedRequest struct {
-	Header http.Header
-	Body   []byte
-}
-
-func newWebhookReceiver(t *testing.T) *webhookReceiver {
-	w := &webhookReceiver{}
-	w.Server = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		w.mu.Lock()
-		w.reqs = append(w.reqs, receivedRequest{Header: r.Header.Clone(), Body: body})
-		w.mu.Unlock()
+func newWebhookReceiver(t *testing.T) *testenv.Receiver {
+	return testenv.NewReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 		var doc struct {
 			PurchaseOrder struct {
 				ID string `json:"id"`
 			} `json:"purchaseOrder"`
 		}
-		json.Unmarshal(body, &doc)
-		rw.Header().Set("Content-Type", "application/json")
-		rw.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(rw, `{"id": "ACME-%s"}`, doc.PurchaseOrder.ID)
-	}))
-	t.Cleanup(w.Close)
-	return w
-}
-
-func (w *webhookReceiver) requests() []receivedRequest {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]receivedRequest(nil), w.reqs...)
+		json.NewDecoder(r.Body).Decode(&doc)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id": "ACME-%s"}`, doc.PurchaseOrder.ID)
+	})
 }
 
 // createCredential stores Acme's webhook secret in moto, tagged for Acme,
 // under the credential prefix, and returns its name.
 func createCredential(t *testing.T) string {
 	t.Helper()
-	name := fmt.Sprintf("integrations/acme-webhook-%d", time.Now().UnixNano())
 	value, _ := json.Marshal(map[string]string{"token": acmeToken, "signingSecret": acmeSigningSecret})
-	_, err := smc.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
-		Name:         aws.String(name),
-		SecretString: aws.String(string(value)),
-		Tags:         []smtypes.Tag{{Key: aws.String("organization_id"), Value: aws.String(orgA)}},
-	})
-	if err != nil {
-		t.Fatalf("creating the credential secret: %v", err)
-	}
+	name, _ := testenv.CreateSecret(t, smc, testenv.SecretName(t, "-acme-webhook"), string(value), orgA)
 	return name
 }
 
@@ -121,14 +83,14 @@ func TestRIEPushPurchaseOrderFunction(t *testing.T) {
 		t.Run(ev.Name, func(t *testing.T) {
 			s.reset(t)
 			s.seedPush(t, credential, hook.URL+"/api/purchase-orders")
-			before := len(hook.requests())
+			before := len(hook.Requests())
 			inv := emu.invoke(t, ev.Payload)
 			if i == 0 {
 				logFirstInvoke(t, emu, bin, ev.Name)
 			}
 			t.Logf("%s → %s (%s)", ev.Name, inv.Body, inv.Took.Round(100_000))
 			checkPushResponse(t, inv)
-			reqs := hook.requests()[before:]
+			reqs := hook.Requests()[before:]
 			if ev.Name != "sqs-batch.json" {
 				t.Logf("no expectation for %s beyond the response shape", ev.Name)
 				return
@@ -139,7 +101,7 @@ func TestRIEPushPurchaseOrderFunction(t *testing.T) {
 			// acknowledged without calling the provider again.
 			again := emu.invoke(t, ev.Payload)
 			checkPushResponse(t, again)
-			if n := len(hook.requests()) - before; n != len(reqs) {
+			if n := len(hook.Requests()) - before; n != len(reqs) {
 				t.Errorf("a redelivery called the provider again: %d requests, want %d", n, len(reqs))
 			}
 		})
@@ -150,7 +112,7 @@ func TestRIEPushPurchaseOrderFunction(t *testing.T) {
 	t.Run("acknowledges junk and stale records", func(t *testing.T) {
 		s.reset(t)
 		s.seedPush(t, credential, hook.URL+"/api/purchase-orders")
-		before, calls := s.state(t), len(hook.requests())
+		before, calls := s.state(t), len(hook.Requests())
 		stale, _ := json.Marshal(map[string]string{"outboxId": pushRow1, "organizationId": orgA, "connectionId": connA,
 			"commandType": "push_purchase_order", "claimToken": "88888888-8888-4888-8888-888888888899"})
 		event, _ := json.Marshal(map[string]any{"Records": []map[string]any{
@@ -161,7 +123,7 @@ func TestRIEPushPurchaseOrderFunction(t *testing.T) {
 		if diffs := diffOutside(before, s.state(t), nil); len(diffs) > 0 {
 			t.Errorf("junk or stale records changed rows:\n%s", strings.Join(diffs, "\n"))
 		}
-		if n := len(hook.requests()) - calls; n != 0 {
+		if n := len(hook.Requests()) - calls; n != 0 {
 			t.Errorf("junk or stale records called the provider %d times", n)
 		}
 	})
@@ -187,7 +149,7 @@ func checkPushResponse(t *testing.T, inv invocation) {
 	}
 }
 
-func checkPushBatch(t *testing.T, s *stack, reqs []receivedRequest) {
+func checkPushBatch(t *testing.T, s *stack, reqs []testenv.Request) {
 	t.Helper()
 	for _, row := range []struct{ id, po string }{{pushRow1, po1}, {pushRow2, po2}} {
 		if n := s.count(t, `select count(*) from external_integration_outbox where id = $1 and status = 'completed'
@@ -218,15 +180,15 @@ func checkPushBatch(t *testing.T, s *stack, reqs []receivedRequest) {
 				Items          []json.RawMessage `json:"items"`
 			} `json:"purchaseOrder"`
 		}
-		if err := json.Unmarshal(r.Body, &doc); err != nil {
-			t.Fatalf("webhook body %s: %v", r.Body, err)
+		if err := json.Unmarshal(r.Raw, &doc); err != nil {
+			t.Fatalf("webhook body %s: %v", r.Raw, err)
 		}
 		po := doc.PurchaseOrder
 		seen[po.ID] = true
 		wantItems := map[string]int{po1: 2, po2: 3}[po.ID]
 		if doc.CommandType != "push_purchase_order" || doc.ExternalSupplierID != supplierRef ||
 			po.OrganizationID != orgA || po.LocationID != locA || len(po.Items) != wantItems {
-			t.Errorf("webhook body %s: want purchase order of Acme at location A with %d items", r.Body, wantItems)
+			t.Errorf("webhook body %s: want purchase order of Acme at location A with %d items", r.Raw, wantItems)
 		}
 		if got := r.Header.Get("Idempotency-Key"); got == "" || got != doc.IdempotencyKey ||
 			!strings.HasPrefix(got, "purchase_order:"+po.ID) {
@@ -238,7 +200,7 @@ func checkPushBatch(t *testing.T, s *stack, reqs []receivedRequest) {
 		if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 			t.Errorf("Content-Type %q", r.Header.Get("Content-Type"))
 		}
-		checkSignature(t, r.Header.Get("X-Outbox-Signature"), r.Body)
+		checkSignature(t, r.Header.Get("X-Outbox-Signature"), r.Raw)
 	}
 	if !seen[po1] || !seen[po2] {
 		t.Errorf("the webhook got orders %v, want %s and %s", seen, po1, po2)

@@ -2,62 +2,20 @@ package lambdatest_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"integration-outbox/internal/testenv/cfntemplate"
 )
 
-// loadTemplate reads template.yaml into maps and lists, the short-form
+// loadTemplateMap reads template.yaml into maps and lists, the short-form
 // intrinsics (!Ref, !GetAtt, !If...) turned into their long form
 // ({"Ref": …}, {"Fn::GetAtt": …}).
 func loadTemplateMap(t *testing.T) map[string]any {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "template.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	out, ok := yamlValue(doc.Content[0]).(map[string]any)
-	if !ok {
-		t.Fatal("template.yaml is not a mapping")
-	}
-	return out
-}
-
-func yamlValue(n *yaml.Node) any {
-	var v any
-	switch n.Kind {
-	case yaml.MappingNode:
-		m := map[string]any{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			m[n.Content[i].Value] = yamlValue(n.Content[i+1])
-		}
-		v = m
-	case yaml.SequenceNode:
-		l := []any{}
-		for _, c := range n.Content {
-			l = append(l, yamlValue(c))
-		}
-		v = l
-	case yaml.AliasNode:
-		return yamlValue(n.Alias)
-	default:
-		v = n.Value
-	}
-	if tag, ok := strings.CutPrefix(n.Tag, "!"); ok && !strings.HasPrefix(n.Tag, "!!") {
-		if tag == "Ref" {
-			return map[string]any{"Ref": v}
-		}
-		return map[string]any{"Fn::" + tag: v}
-	}
-	return v
+	return cfntemplate.Load(t, filepath.Join(repoRoot, "template.yaml")).Map(t)
 }
 
 // at walks a path of keys through the template.

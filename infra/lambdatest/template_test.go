@@ -2,19 +2,20 @@ package lambdatest_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"integration-outbox/internal/testenv/cfntemplate"
+
 	"gopkg.in/yaml.v3"
 )
 
 // Rules on template.yaml that neither cfn-lint, SAM's translator nor moto
-// check, kept as tests. The helpers below read the template as yaml.v3
-// nodes, on which CloudFormation's short forms (!Ref, !GetAtt, !Sub, !If,
-// ...) stay as tags; other template tests can use them.
+// check, kept as tests. They read the template with internal/testenv/cfntemplate as
+// yaml.v3 nodes, on which CloudFormation's short forms (!Ref, !GetAtt, !Sub,
+// !If, ...) stay tags; the helpers below walk them.
 
 // cfnTemplate is a parsed CloudFormation/SAM template.
 type cfnTemplate struct {
@@ -24,24 +25,13 @@ type cfnTemplate struct {
 // loadTemplate parses the repository's template.yaml.
 func loadTemplate(t testing.TB) cfnTemplate {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join(repoRoot, "template.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return parseTemplate(t, src)
+	return cfnTemplate{root: cfntemplate.Load(t, filepath.Join(repoRoot, "template.yaml")).Root}
 }
 
 // parseTemplate parses a template's text.
 func parseTemplate(t testing.TB, src []byte) cfnTemplate {
 	t.Helper()
-	var doc yaml.Node
-	if err := yaml.Unmarshal(src, &doc); err != nil {
-		t.Fatalf("template: %v", err)
-	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
-		t.Fatal("template: not a YAML mapping")
-	}
-	return cfnTemplate{root: doc.Content[0]}
+	return cfnTemplate{root: cfntemplate.Parse(t, src).Root}
 }
 
 // get follows mapping keys from n; nil when a key is missing or n is not a

@@ -6,15 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"integration-outbox/internal/app"
@@ -28,18 +24,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		panic(err)
-	}
-	if moto, err = testenv.StartMoto(); err != nil {
-		pg.Stop()
-		panic(err)
-	}
-	code := m.Run()
-	moto.Stop()
-	pg.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.WithPostgres(&pg), testenv.WithMoto(&moto))
 }
 
 var seq atomic.Int64
@@ -60,12 +45,9 @@ func newPipeline(t *testing.T) *pipeline {
 	ctx := context.Background()
 	f := pg.NewDB(t)
 	sq := sqs.NewFromConfig(moto.AWSConfig())
-	q, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("opstest-%d-%d", os.Getpid(), seq.Add(1)))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	queue := testenv.CreateQueue(t, sq, nil)
 	env := map[string]string{
-		"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": *q.QueueUrl, "AWS_REGION": "us-east-1",
+		"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": queue, "AWS_REGION": "us-east-1",
 		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_ENDPOINT_URL": moto.URL,
 		"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "PROVIDER_TIMEOUT": "5s", "AWS_LAMBDA_LOG_LEVEL": "INFO",
 	}
@@ -75,19 +57,13 @@ func newPipeline(t *testing.T) *pipeline {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	return &pipeline{f: f, app: a, out: out, queue: *q.QueueUrl, org: f.NewID(t), sqs: sq}
+	return &pipeline{f: f, app: a, out: out, queue: queue, org: f.NewID(t), sqs: sq}
 }
 
 // webhook inserts a webhook connection to url with a tagged credential.
 func (p *pipeline) webhook(t *testing.T, url string) string {
 	t.Helper()
-	name := fmt.Sprintf("integrations/opstest-%d-%d", os.Getpid(), seq.Add(1))
-	_, err := secretsmanager.NewFromConfig(moto.AWSConfig()).CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
-		Name: aws.String(name), SecretString: aws.String(`{"token":"tok"}`),
-		Tags: []smtypes.Tag{{Key: aws.String("organization_id"), Value: aws.String(p.org)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	name, _ := testenv.CreateSecret(t, secretsmanager.NewFromConfig(moto.AWSConfig()), testenv.SecretName(t, ""), `{"token":"tok"}`, p.org)
 	return p.f.Connection(t, testenv.ConnectionOpts{OrganizationID: p.org, Provider: "webhook",
 		CredentialReference: name, Config: map[string]string{"url": url}})
 }
@@ -143,16 +119,14 @@ func (p *pipeline) tickIn(t *testing.T, ctx context.Context) {
 }
 
 // provider is a local webhook endpoint answering with status().
-func provider(t *testing.T, status func() int) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func provider(t *testing.T, status func() int) *testenv.Receiver {
+	return testenv.NewReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
 		s := status()
 		w.WriteHeader(s)
 		if s < 300 {
 			fmt.Fprintf(w, `{"id":"EXT-%d"}`, seq.Add(1))
 		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	})
 }
 
 // emfLine is one EMF document the functions wrote.

@@ -1,13 +1,12 @@
 package opstest
 
 import (
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"integration-outbox/internal/testenv/cfntemplate"
 )
 
 // repoRoot is the module root, two levels up from this package.
@@ -20,61 +19,7 @@ type tmpl map[string]any
 
 func loadTemplate(t *testing.T) tmpl {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "template.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(raw, &root); err != nil {
-		t.Fatalf("template.yaml: %v", err)
-	}
-	v, err := decodeNode(root.Content[0])
-	if err != nil {
-		t.Fatalf("template.yaml: %v", err)
-	}
-	return v.(map[string]any)
-}
-
-func decodeNode(n *yaml.Node) (any, error) {
-	var v any
-	switch n.Kind {
-	case yaml.MappingNode:
-		m := map[string]any{}
-		for i := 0; i < len(n.Content); i += 2 {
-			val, err := decodeNode(n.Content[i+1])
-			if err != nil {
-				return nil, err
-			}
-			m[n.Content[i].Value] = val
-		}
-		v = m
-	case yaml.SequenceNode:
-		s := []any{}
-		for _, c := range n.Content {
-			val, err := decodeNode(c)
-			if err != nil {
-				return nil, err
-			}
-			s = append(s, val)
-		}
-		v = s
-	case yaml.AliasNode:
-		return decodeNode(n.Alias)
-	default:
-		if strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!") {
-			v = n.Value
-		} else if err := n.Decode(&v); err != nil {
-			return nil, err
-		}
-	}
-	if tag := n.Tag; strings.HasPrefix(tag, "!") && !strings.HasPrefix(tag, "!!") {
-		name := strings.TrimPrefix(tag, "!")
-		if name != "Ref" && name != "Condition" {
-			name = "Fn::" + name
-		}
-		return map[string]any{name: v}, nil
-	}
-	return v, nil
+	return cfntemplate.Load(t, filepath.Join(repoRoot, "template.yaml")).Map(t)
 }
 
 func (tp tmpl) resources() map[string]map[string]any {

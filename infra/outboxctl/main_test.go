@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,18 +14,11 @@ import (
 	"integration-outbox/internal/testenv"
 )
 
-var (
-	pgOnce sync.Once
-	pg     *testenv.Postgres
-	pgErr  error
-)
+// servers starts PostgreSQL for the first test that needs it.
+var servers testenv.OnDemand
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if pg != nil {
-		pg.Stop()
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.WithOnDemand(&servers))
 }
 
 // fixture is a fresh database holding one organization's rows in every
@@ -43,11 +35,7 @@ type fixture struct {
 
 func setup(t *testing.T) fixture {
 	t.Helper()
-	pgOnce.Do(func() { pg, pgErr = testenv.StartPostgres() })
-	if pgErr != nil {
-		t.Fatal(pgErr)
-	}
-	f := pg.NewDB(t)
+	f := servers.Postgres(t).NewDB(t)
 	x := fixture{f: f, env: map[string]string{"DATABASE_URL": f.URL}, org: f.NewID(t)}
 	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: x.org})
 	x.conn = conn

@@ -2,9 +2,7 @@ package app_test
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,14 +18,7 @@ import (
 var pg *testenv.Postgres
 
 func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		fmt.Fprintln(os.Stderr, "starting postgres:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	pg.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.WithPostgres(&pg))
 }
 
 // TestSandboxProviderOnlyWhereSwitchedOn: the push function built by app

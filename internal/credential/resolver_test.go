@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,43 +18,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 	"github.com/aws/smithy-go"
-	"go.uber.org/goleak"
 
 	"integration-outbox/internal/testenv"
 )
 
 // Set once by TestMain, read-only afterwards.
 var (
+	moto       *testenv.Moto
 	motoURL    string
 	httpClient *http.Client
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	moto, err := testenv.StartMoto()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting moto_server:", err)
-		return 1
-	}
-	motoURL = moto.URL
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	httpClient = &http.Client{Transport: transport}
-
-	code := m.Run()
-
-	moto.Stop()
-	transport.CloseIdleConnections()
-	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			return 1
-		}
-	}
-	return code
+	testenv.Main(m, testenv.WithMoto(&moto),
+		testenv.WithSetup(func() error { motoURL = moto.URL; return nil }),
+		testenv.WithCleanup(transport.CloseIdleConnections))
 }
 
 // newClient returns a Secrets Manager client for the moto_server at url.
@@ -145,36 +124,18 @@ func setup(t *testing.T, cfg ResolverConfig) *bundle {
 	return b
 }
 
-// secretName returns a fresh secret name under integrations/ naming the
-// test: moto_server lives as long as the test binary (or longer, with
-// TEST_AWS_ENDPOINT_URL), so names must not repeat across -count runs.
-func secretName(t *testing.T, suffix string) string {
-	return "integrations/" + strings.Map(func(r rune) rune {
-		if isNameRune(r) && r != '.' {
-			return r
-		}
-		return '-'
-	}, t.Name()) + suffix + "-" + rand.Text()[:8]
+// The tag tests put on secrets is the one the resolver checks.
+func TestTestenvOrganizationTag(t *testing.T) {
+	if testenv.OrganizationTag != OrganizationTag {
+		t.Fatalf("testenv.OrganizationTag = %q, want %q", testenv.OrganizationTag, OrganizationTag)
+	}
 }
 
-// createSecret creates a secret named by secretName, tagged for
+// createSecret creates a secret named by testenv.SecretName, tagged for
 // organizationID unless it is "", and returns its name and ARN.
 func (b *bundle) createSecret(t *testing.T, suffix, value, organizationID string) (name, arn string) {
 	t.Helper()
-	return createSecret(t, b.client, secretName(t, suffix), value, organizationID)
-}
-
-func createSecret(t *testing.T, client *secretsmanager.Client, name, value, organizationID string) (string, string) {
-	t.Helper()
-	in := &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)}
-	if organizationID != "" {
-		in.Tags = []types.Tag{{Key: aws.String(OrganizationTag), Value: aws.String(organizationID)}}
-	}
-	out, err := client.CreateSecret(context.Background(), in)
-	if err != nil {
-		t.Fatalf("CreateSecret %s: %v", name, err)
-	}
-	return name, aws.ToString(out.ARN)
+	return testenv.CreateSecret(t, b.client, testenv.SecretName(t, suffix), value, organizationID)
 }
 
 func (b *bundle) putValue(t *testing.T, name, value string) {
@@ -265,10 +226,10 @@ func TestResolveSecretMustProveItsTenant(t *testing.T) {
 		b := setup(t, ResolverConfig{Prefix: prefix})
 		orgA, orgB := "org-"+rand.Text()[:8], "org-"+rand.Text()[:8]
 		shared, _ := b.createSecret(t, "-untagged", `{"token":"t"}`, "")
-		underA, underAARN := createSecret(t, b.client, "integrations/"+orgA+"/"+rand.Text()[:8], `{"token":"a"}`, "")
-		hijack, _ := createSecret(t, b.client, "integrations/"+orgA+"/"+rand.Text()[:8], `{"token":"b"}`, orgB)
+		underA, underAARN := testenv.CreateSecret(t, b.client, "integrations/"+orgA+"/"+rand.Text()[:8], `{"token":"a"}`, "")
+		hijack, _ := testenv.CreateSecret(t, b.client, "integrations/"+orgA+"/"+rand.Text()[:8], `{"token":"b"}`, orgB)
 		// "<prefix><org>" without the slash is another organization's name.
-		lookalike, _ := createSecret(t, b.client, "integrations/"+orgA+"x/"+rand.Text()[:8], `{"token":"x"}`, "")
+		lookalike, _ := testenv.CreateSecret(t, b.client, "integrations/"+orgA+"x/"+rand.Text()[:8], `{"token":"x"}`, "")
 
 		for _, org := range []string{orgA, orgB} {
 			_, err := b.resolver.Resolve(context.Background(), org, shared)
@@ -353,7 +314,7 @@ func TestResolveRejectsBadSecretValues(t *testing.T) {
 		t.Fatalf("logs hold a secret:\n%s", b.logs)
 	}
 
-	name := secretName(t, "-binary")
+	name := testenv.SecretName(t, "-binary")
 	if _, err := b.client.CreateSecret(context.Background(), &secretsmanager.CreateSecretInput{
 		Name: aws.String(name), SecretBinary: []byte("TOPSECRET"),
 	}); err != nil {
@@ -366,7 +327,7 @@ func TestResolveRejectsBadSecretValues(t *testing.T) {
 func TestResolveMissingSecretIsRejectedAndNotCached(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ResolverConfig{})
-	name := secretName(t, "")
+	name := testenv.SecretName(t, "")
 
 	_, err := b.resolver.Resolve(context.Background(), "org-a", name)
 	assertRejected(t, err, name)
@@ -376,7 +337,7 @@ func TestResolveMissingSecretIsRejectedAndNotCached(t *testing.T) {
 	}
 
 	// The operator creates it and reruns.
-	createSecret(t, b.client, name, secretJSON, "org-a")
+	testenv.CreateSecret(t, b.client, name, secretJSON, "org-a")
 	mustResolve(t, b.resolver, "org-a", name)
 }
 
@@ -524,20 +485,13 @@ func TestInvalidate(t *testing.T) {
 
 func TestResolveUnavailableWhenSecretsManagerIsDown(t *testing.T) {
 	t.Parallel()
-	moto, err := testenv.StartMoto()
-	if err != nil {
-		t.Fatalf("StartMoto: %v", err)
-	}
-	t.Cleanup(moto.Stop)
-	if moto.Port == 0 {
-		t.Skip("TEST_AWS_ENDPOINT_URL is set: no moto_server of our own to stop")
-	}
+	moto := testenv.OwnMoto(t)
 	client := newClient(moto.URL, func(o *secretsmanager.Options) { o.RetryMaxAttempts = 1 })
 	r, err := NewResolver(client, ResolverConfig{Region: testRegion})
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, _ := createSecret(t, client, secretName(t, ""), secretJSON, "org-a")
+	name, _ := testenv.CreateSecret(t, client, testenv.SecretName(t, ""), secretJSON, "org-a")
 	moto.Stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,21 +26,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		panic(err)
-	}
-	if moto, err = testenv.StartMoto(); err != nil {
-		pg.Stop()
-		panic(err)
-	}
-	code := m.Run()
-	moto.Stop()
-	pg.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.WithPostgres(&pg), testenv.WithMoto(&moto))
 }
-
-var queueSeq atomic.Int64
 
 type bundle struct {
 	f     *testenv.Fixture
@@ -55,16 +40,7 @@ type bundle struct {
 
 func setup(t *testing.T) bundle {
 	t.Helper()
-	f := pg.NewDB(t)
-	client := sqs.NewFromConfig(moto.AWSConfig())
-	out, err := client.CreateQueue(context.Background(), &sqs.CreateQueueInput{
-		QueueName: aws.String(fmt.Sprintf("push-%d-%d", os.Getpid(), queueSeq.Add(1)))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	org := f.NewID(t)
-	return bundle{f: f, sqs: client, queue: aws.ToString(out.QueueUrl), org: org,
-		conn: f.Connection(t, testenv.ConnectionOpts{OrganizationID: org}), po: f.PurchaseOrder(t, org, "", 1)}
+	return setupBench(t)
 }
 
 func (b bundle) dispatcher(t *testing.T, sender dispatch.Sender, batch int) *dispatch.Dispatcher {

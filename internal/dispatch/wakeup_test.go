@@ -9,13 +9,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,18 +36,11 @@ func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQu
 // countingDispatcher is a dispatcher whose store's pool counts its statements.
 func (b bundle) countingDispatcher(t testing.TB, batch, maxPerRun int) (*dispatch.Dispatcher, *statementCounter) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(b.f.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	counter := &statementCounter{}
-	cfg.ConnConfig.Tracer = counter
-	cfg.MaxConns = 4 // what one dispatch container opens
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.OpenPool(t, b.f.URL, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Tracer = counter
+		cfg.MaxConns = 4 // what one dispatch container opens
+	})
 	d, err := dispatch.New(outbox.NewStore(pool), b.sqs, dispatch.Config{
 		Routes: dispatch.Routes{"push_purchase_order": b.queue}, BatchSize: batch, MaxPerRun: maxPerRun,
 		MaxAttempts: 10, Lease: 15 * time.Minute})
@@ -200,18 +191,15 @@ func BenchmarkWakeUp(b *testing.B) {
 	}
 }
 
-// setupBench is setup for a benchmark.
+// setupBench is setup for a test or a benchmark: a fresh database and
+// queue, and one organization with a connection and a purchase order.
 func setupBench(tb testing.TB) bundle {
 	tb.Helper()
 	f := pg.NewDB(tb)
 	client := sqs.NewFromConfig(moto.AWSConfig())
-	out, err := client.CreateQueue(context.Background(), &sqs.CreateQueueInput{
-		QueueName: aws.String(fmt.Sprintf("wake-%d-%d", os.Getpid(), queueSeq.Add(1)))})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	queue := testenv.CreateQueue(tb, client, nil)
 	org := f.NewID(tb)
-	return bundle{f: f, sqs: client, queue: aws.ToString(out.QueueUrl), org: org,
+	return bundle{f: f, sqs: client, queue: queue, org: org,
 		conn: f.Connection(tb, testenv.ConnectionOpts{OrganizationID: org}), po: f.PurchaseOrder(tb, org, "", 1)}
 }
 

@@ -61,7 +61,7 @@ func (d *dyingStore) Record(ctx context.Context, outcomes []outbox.Outcome) ([]s
 // idempotentProvider answers 200 with an id the first time it sees an
 // idempotency key and 409 (already done) after that. When hold is set, its
 // first request calls hold and waits for the caller to hang up.
-func idempotentProvider(hold func()) handler {
+func idempotentProvider(hold func()) testenv.Answer {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	return func(n int, w http.ResponseWriter, r *http.Request) {
@@ -83,6 +83,19 @@ func idempotentProvider(hold func()) handler {
 		}
 		fmt.Fprintf(w, `{"id":"EXT-%s"}`, key)
 	}
+}
+
+// idempotentCommand inserts one command of a new organization to a webhook
+// receiver answering as idempotentProvider(hold) does, and returns the
+// receiver, the organization, the command and its idempotency key.
+func (e *env) idempotentCommand(t *testing.T, hold func()) (rc *testenv.Receiver, org, id, key string) {
+	t.Helper()
+	rc = testenv.NewReceiver(t, idempotentProvider(hold))
+	org = e.f.NewID(t)
+	id = e.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Lines: 2,
+		Connection: testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
+			Config: map[string]string{"url": rc.URL}}}).CommandID
+	return rc, org, id, rows(t, e.f.Pool)[id].Key
 }
 
 // TestWorkerDiesBetweenStartAndRecord kills the invocation (its context
@@ -113,13 +126,7 @@ func TestWorkerDiesBetweenStartAndRecord(t *testing.T) {
 			if tc.at == duringCall {
 				hold = cancel
 			}
-			rc := newReceiver(t, idempotentProvider(hold))
-			org := e.f.NewID(t)
-			conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
-				Config: map[string]string{"url": rc.URL}})
-			id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook",
-				EntityID: e.f.PurchaseOrder(t, org, "", 2)})
-			key := rows(t, e.f.Pool)[id].Key
+			rc, org, id, key := e.idempotentCommand(t, hold)
 
 			if s := e.dispatch(t, 3*time.Second); s.Dispatched != 1 {
 				t.Fatalf("dispatch %+v", s)
@@ -167,7 +174,7 @@ func TestWorkerDiesBetweenStartAndRecord(t *testing.T) {
 			if r.Status != "completed" || r.Attempts != 2 || r.ProviderReference != "EXT-"+key {
 				t.Errorf("final row %+v", r)
 			}
-			keys := rc.keys()
+			keys := rc.Keys()
 			if len(keys) != tc.wantCalls {
 				t.Errorf("provider got %d requests, want %d", len(keys), tc.wantCalls)
 			}
@@ -204,13 +211,7 @@ func TestCancelledInvocationStillRecords(t *testing.T) {
 			if tc.at == duringCall {
 				hold = cancel
 			}
-			rc := newReceiver(t, idempotentProvider(hold))
-			org := e.f.NewID(t)
-			conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
-				Config: map[string]string{"url": rc.URL}})
-			id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook",
-				EntityID: e.f.PurchaseOrder(t, org, "", 1)})
-			key := rows(t, e.f.Pool)[id].Key
+			rc, _, id, key := e.idempotentCommand(t, hold)
 			e.dispatch(t, 15*time.Minute)
 
 			w := e.worker(t, workerOpts{store: &dyingStore{real: e.store, at: tc.at, cancel: cancel}})
@@ -238,7 +239,7 @@ func TestCancelledInvocationStillRecords(t *testing.T) {
 			if r.Status != "completed" {
 				t.Errorf("final row %+v", r)
 			}
-			keys := rc.keys()
+			keys := rc.Keys()
 			if len(keys) != tc.wantCalls {
 				t.Errorf("provider got %d requests, want %d", len(keys), tc.wantCalls)
 			}

@@ -62,7 +62,7 @@ func TestSlowProviderIsCutBeforeTheDeadline(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			hungUp := make(chan struct{}, 1)
-			rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			rc := testenv.NewReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 				select {
 				case <-r.Context().Done():
 					hungUp <- struct{}{}
@@ -74,9 +74,7 @@ func TestSlowProviderIsCutBeforeTheDeadline(t *testing.T) {
 			if tc.webhook {
 				connOpts = testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook", Config: map[string]string{"url": rc.URL}}
 			}
-			conn := e.f.Connection(t, connOpts)
-			id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: connOpts.Provider,
-				EntityID: e.f.PurchaseOrder(t, org, "", 1)})
+			id := e.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Connection: connOpts}).CommandID
 			e.dispatch(t, 15*time.Minute)
 
 			deadline := time.Now().Add(tc.left)
@@ -95,7 +93,7 @@ func TestSlowProviderIsCutBeforeTheDeadline(t *testing.T) {
 			if r.Status != "failed" || r.NextIn == nil || *r.NextIn < 25 || *r.NextIn > 31 || !strings.Contains(r.LastError, tc.wantErr) {
 				t.Errorf("row %+v, want failed, retry in ≈30s, last_error with %q", r, tc.wantErr)
 			}
-			calls := int(rc.calls.Load() + e.sandbox.total.Load())
+			calls := rc.Calls() + int(e.sandbox.total.Load())
 			if calls != map[bool]int{true: 1, false: 0}[tc.wantCall] {
 				t.Errorf("provider calls %d", calls)
 			}
@@ -141,12 +139,11 @@ func TestSlowSecretsManagerIsCutBeforeTheDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := newReceiver(t, reply(200, `{}`))
+	rc := testenv.NewReceiver(t, testenv.Reply(200, `{}`))
 	org := e.f.NewID(t)
-	conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
-		CredentialReference: "integrations/hanging", Config: map[string]string{"url": rc.URL}})
-	id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook",
-		EntityID: e.f.PurchaseOrder(t, org, "", 1)})
+	id := e.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{
+		Connection: testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
+			CredentialReference: "integrations/hanging", Config: map[string]string{"url": rc.URL}}}).CommandID
 	e.dispatch(t, 15*time.Minute)
 
 	deadline := time.Now().Add(reserve + 2*time.Second)
@@ -165,7 +162,7 @@ func TestSlowSecretsManagerIsCutBeforeTheDeadline(t *testing.T) {
 	if r.Status != "failed" || r.NextIn == nil || !strings.Contains(r.LastError, "secrets manager unavailable") {
 		t.Errorf("row %+v, want failed (retryable) naming Secrets Manager", r)
 	}
-	if rc.calls.Load() != 0 {
-		t.Errorf("provider called %d times without a credential", rc.calls.Load())
+	if rc.Calls() != 0 {
+		t.Errorf("provider called %d times without a credential", rc.Calls())
 	}
 }

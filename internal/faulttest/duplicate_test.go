@@ -2,8 +2,6 @@ package faulttest
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -25,14 +23,9 @@ func TestSameMessageTwiceAtOnceAndAfterCompletion(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	client := sqs.NewFromConfig(moto.AWSConfig())
-	q, err := client.CreateQueue(context.Background(), &sqs.CreateQueueInput{
-		QueueName: aws.String(fmt.Sprintf("faulttest-dup-%d", os.Getpid())),
-		// A message comes back at once: SQS's at-least-once delivery, forced.
-		Attributes: map[string]string{"VisibilityTimeout": "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.queueURL = aws.ToString(q.QueueUrl)
+	// A message comes back at once: SQS's at-least-once delivery, forced.
+	queue := testenv.CreateQueue(t, client, map[string]string{"VisibilityTimeout": "0"})
+	e.queueURL = queue
 	org := e.f.NewID(t)
 	// The provider takes 300ms, so the concurrent deliveries overlap.
 	conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Config: map[string]any{"latencyMs": 300}})
@@ -51,7 +44,7 @@ func TestSameMessageTwiceAtOnceAndAfterCompletion(t *testing.T) {
 		seen := map[string]bool{}
 		var out []events.SQSMessage
 		for range 100 {
-			resp, err := client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl,
+			resp, err := client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &queue,
 				MaxNumberOfMessages: 10})
 			if err != nil {
 				t.Fatal(err)

@@ -41,29 +41,29 @@ func TestProviderErrorTextsAreStoredSafely(t *testing.T) {
 	token, signing := "tok-"+rand.Text(), "sig-"+rand.Text()
 	api := secretsmanager.NewFromConfig(moto.AWSConfig())
 	org := e.f.NewID(t)
-	ref := createSecret(t, api, secretName("echo"), fmt.Sprintf(`{"token":%q,"signingSecret":%q}`, token, signing), org)
+	ref, _ := testenv.CreateSecret(t, api, testenv.SecretName(t, "-echo"), fmt.Sprintf(`{"token":%q,"signingSecret":%q}`, token, signing), org)
 	binary := make([]byte, 4096)
 	rand.Read(binary)
-	answers := map[string]handler{
-		"huge 500": reply(500, strings.Repeat("x", 2<<20)+token),
+	answers := map[string]testenv.Answer{
+		"huge 500": testenv.Reply(500, strings.Repeat("x", 2<<20)+token),
 		"binary 503": func(_ int, w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(503)
 			w.Write(binary)
 		},
-		"500 quoting the secret":                    reply(500, "bad auth "+token+" / "+signing+" \x00\xff "+token),
-		"500 cutting the secret at the quote limit": reply(500, strings.Repeat("y", 495)+token+strings.Repeat("y", 100)),
-		"400 quoting the secret":                    reply(400, `{"error":"token `+token+` rejected","sig":"`+signing+`"}`),
-		"401 quoting the secret":                    reply(401, "who is "+token+"?"),
-		"200 with the secret as id":                 reply(200, `{"id":"`+token+`"}`),
+		"500 quoting the secret":                    testenv.Reply(500, "bad auth "+token+" / "+signing+" \x00\xff "+token),
+		"500 cutting the secret at the quote limit": testenv.Reply(500, strings.Repeat("y", 495)+token+strings.Repeat("y", 100)),
+		"400 quoting the secret":                    testenv.Reply(400, `{"error":"token `+token+` rejected","sig":"`+signing+`"}`),
+		"401 quoting the secret":                    testenv.Reply(401, "who is "+token+"?"),
+		"200 with the secret as id":                 testenv.Reply(200, `{"id":"`+token+`"}`),
 		"redirect to a secret URL": func(_ int, w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "http://"+signing+".example/?t="+token, http.StatusFound)
 		},
 	}
 	po := e.f.PurchaseOrder(t, org, "", 1)
 	what := map[string]string{}
-	receivers := map[string]*receiver{}
+	receivers := map[string]*testenv.Receiver{}
 	for name, h := range answers {
-		rc := newReceiver(t, h)
+		rc := testenv.NewReceiver(t, h)
 		conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook", CredentialReference: ref,
 			Config: map[string]string{"url": rc.URL}})
 		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook", EntityID: po})
@@ -97,7 +97,7 @@ func TestProviderErrorTextsAreStoredSafely(t *testing.T) {
 	if r := all[echo]; !strings.Contains(r.LastError, "denied for [redacted]") {
 		t.Errorf("careless provider: last_error %q", r.LastError)
 	}
-	if n := receivers["401 quoting the secret"].calls.Load(); n != 2 {
+	if n := receivers["401 quoting the secret"].Calls(); n != 2 {
 		t.Errorf("401: %d calls, want 2 (the credential refreshed once)", n)
 	}
 	// Every text column of both tables, conflicts' summaries and snapshots

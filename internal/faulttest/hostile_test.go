@@ -44,7 +44,7 @@ func checkRows(t *testing.T, e *env, want map[string]expectRow, what map[string]
 func TestBadPayloadOrConfigEndsInItsConflictWithoutACall(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	rc := newReceiver(t, reply(200, `{}`))
+	rc := testenv.NewReceiver(t, testenv.Reply(200, `{}`))
 	org := e.f.NewID(t)
 	po := e.f.PurchaseOrder(t, org, "", 1)
 	good := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
@@ -105,8 +105,8 @@ func TestBadPayloadOrConfigEndsInItsConflictWithoutACall(t *testing.T) {
 	e.drain(t, e.worker(t, workerOpts{providers: provider.Registry{provider.NameWebhook: prod, provider.NameSandbox: e.sandbox}}))
 
 	checkRows(t, e, want, what)
-	if rc.calls.Load() != 0 {
-		t.Errorf("webhook receiver got %d requests", rc.calls.Load())
+	if rc.Calls() != 0 {
+		t.Errorf("webhook receiver got %d requests", rc.Calls())
 	}
 }
 
@@ -207,13 +207,13 @@ func TestNonPublicWebhookTargetsAreRefusedBeforeConnecting(t *testing.T) {
 func TestRedirectsAreNotFollowed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	target := newReceiver(t, reply(200, `{"id":"followed"}`))
+	target := testenv.NewReceiver(t, testenv.Reply(200, `{"id":"followed"}`))
 	org := e.f.NewID(t)
 	po := e.f.PurchaseOrder(t, org, "", 1)
 	want := map[string]expectRow{}
 	what := map[string]string{}
 	for _, status := range []int{301, 302, 303, 307, 308} {
-		rc := newReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		rc := testenv.NewReceiver(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, target.URL+"/stolen?token=abc", status)
 		})
 		conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
@@ -225,8 +225,8 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 	e.dispatch(t, 15*time.Minute)
 	e.drain(t, e.worker(t, workerOpts{}))
 	checkRows(t, e, want, what)
-	if target.calls.Load() != 0 {
-		t.Errorf("the redirect target got %d requests", target.calls.Load())
+	if target.Calls() != 0 {
+		t.Errorf("the redirect target got %d requests", target.Calls())
 	}
 	for id := range want {
 		if r := rows(t, e.f.Pool)[id]; strings.Contains(r.LastError, "stolen") || strings.Contains(r.LastError, "token=") {
@@ -274,17 +274,17 @@ func TestCredentialReferencesOutsideTheTenantAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := newReceiver(t, reply(200, `{}`))
+	rc := testenv.NewReceiver(t, testenv.Reply(200, `{}`))
 	org, other := e.f.NewID(t), e.f.NewID(t)
 	po := e.f.PurchaseOrder(t, org, "", 1)
 
 	foreignToken := "foreign-" + rand32()
 	malformed := `{"token":"half-` + rand32() + `"`
-	outside := createSecret(t, api, strings.Replace(secretName("outside"), "integrations/", "billing/", 1),
+	outside, _ := testenv.CreateSecret(t, api, strings.Replace(testenv.SecretName(t, "-outside"), "integrations/", "billing/", 1),
 		`{"token":"billing-`+rand32()+`"}`, org)
-	foreign := createSecret(t, api, secretName("foreign"), `{"token":"`+foreignToken+`"}`, other)
-	broken := createSecret(t, api, secretName("broken"), malformed, org)
-	notString := createSecret(t, api, secretName("notstring"), `{"token":12345,"signingSecret":"x"}`, org)
+	foreign, _ := testenv.CreateSecret(t, api, testenv.SecretName(t, "-foreign"), `{"token":"`+foreignToken+`"}`, other)
+	broken, _ := testenv.CreateSecret(t, api, testenv.SecretName(t, "-broken"), malformed, org)
+	notString, _ := testenv.CreateSecret(t, api, testenv.SecretName(t, "-notstring"), `{"token":12345,"signingSecret":"x"}`, org)
 	cases := []struct {
 		ref, why, err string
 		noAWS         bool // refused on its text alone
@@ -299,7 +299,7 @@ func TestCredentialReferencesOutsideTheTenantAreRefused(t *testing.T) {
 		{foreign, "tagged for another organization", "tagged for another organization", false},
 		{broken, "malformed JSON", "not a JSON object", false},
 		{notString, "token not a string", "is not a string", false},
-		{secretName("missing"), "missing", "ResourceNotFoundException", false},
+		{testenv.SecretName(t, "-missing"), "missing", "ResourceNotFoundException", false},
 	}
 	want := map[string]expectRow{}
 	what := map[string]string{}
@@ -314,8 +314,8 @@ func TestCredentialReferencesOutsideTheTenantAreRefused(t *testing.T) {
 	e.drain(t, e.worker(t, workerOpts{creds: resolver}))
 
 	checkRows(t, e, want, what)
-	if rc.calls.Load() != 0 {
-		t.Errorf("provider called %d times with refused credentials", rc.calls.Load())
+	if rc.Calls() != 0 {
+		t.Errorf("provider called %d times with refused credentials", rc.Calls())
 	}
 	sm.mu.Lock()
 	for _, c := range cases {

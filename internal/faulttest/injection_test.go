@@ -57,7 +57,7 @@ func TestSQLInjectionInEveryStringFieldIsData(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	rc := newReceiver(t, reply(200, `{"id":"EXT"}`))
+	rc := testenv.NewReceiver(t, testenv.Reply(200, `{"id":"EXT"}`))
 	org := e.f.NewID(t)
 
 	type sent struct{ supplier, key, orderNumber, path string }
@@ -130,8 +130,8 @@ func TestSQLInjectionInEveryStringFieldIsData(t *testing.T) {
 	if after := tableState(t, e.f.Pool); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("junk input changed the tables:\nbefore %v\nafter  %v", before, after)
 	}
-	if rc.calls.Load() != 0 || e.q.len() != 0 {
-		t.Fatalf("junk input reached the provider (%d) or the queue (%d)", rc.calls.Load(), e.q.len())
+	if rc.Calls() != 0 || e.q.len() != 0 {
+		t.Fatalf("junk input reached the provider (%d) or the queue (%d)", rc.Calls(), e.q.len())
 	}
 
 	// The rows themselves.
@@ -139,12 +139,10 @@ func TestSQLInjectionInEveryStringFieldIsData(t *testing.T) {
 	e.drain(t, w)
 	checkRows(t, e, refused, what)
 	all := checkEveryRow(t, e.f.Pool)
-	got := map[string]receivedRequest{}
-	rc.mu.Lock()
-	for _, r := range rc.requests {
+	got := map[string]testenv.Request{}
+	for _, r := range rc.Requests() {
 		got[r.Header.Get("Idempotency-Key")] = r
 	}
-	rc.mu.Unlock()
 	for id, s := range delivered {
 		if r := all[id]; r.Status != "completed" {
 			t.Errorf("%s: %s (%s)", what[id], r.Status, r.LastError)
@@ -160,7 +158,7 @@ func TestSQLInjectionInEveryStringFieldIsData(t *testing.T) {
 			t.Errorf("%s: the provider got %s %v", what[id], req.URI, req.Body)
 		}
 	}
-	if n := int(rc.calls.Load()); n != len(delivered) {
+	if n := rc.Calls(); n != len(delivered) {
 		t.Errorf("provider got %d requests, want %d", n, len(delivered))
 	}
 	// Every table still there, with everything the test created.

@@ -10,13 +10,8 @@ package faulttest
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,10 +22,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"go.uber.org/goleak"
 
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/dispatch"
@@ -49,29 +42,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if moto, err = testenv.StartMoto(); err != nil {
-		pg.Stop()
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	moto.Stop()
-	pg.Stop()
-	if code == 0 {
-		// Keep-alive connections of the AWS SDK and webhook clients idle
-		// until their timeout; anything else still running is a leak.
-		if err := goleak.Find(goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-			goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.WithPostgres(&pg), testenv.WithMoto(&moto))
 }
 
 const queueURL = "https://sqs.us-east-1.amazonaws.com/123456789012/push-purchase-order"
@@ -299,77 +270,6 @@ func (e *env) drain(t *testing.T, w *push.Worker) {
 			t.Fatalf("batch item failures with everything up: %v\nlogs:\n%s", resp.BatchItemFailures, tail(e.logs.String(), 4000))
 		}
 	}
-}
-
-// receiver is a local webhook endpoint that records what it got.
-type receiver struct {
-	*httptest.Server
-	mu       sync.Mutex
-	requests []receivedRequest
-	calls    atomic.Int64
-}
-
-type receivedRequest struct {
-	URI    string
-	Header http.Header
-	Body   map[string]any
-}
-
-// handler answers one request; n counts from 1.
-type handler func(n int, w http.ResponseWriter, r *http.Request)
-
-func newReceiver(t *testing.T, h handler) *receiver {
-	t.Helper()
-	rc := &receiver{}
-	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := int(rc.calls.Add(1))
-		raw, _ := io.ReadAll(r.Body)
-		var body map[string]any
-		json.Unmarshal(raw, &body)
-		rc.mu.Lock()
-		rc.requests = append(rc.requests, receivedRequest{URI: r.URL.RequestURI(), Header: r.Header.Clone(), Body: body})
-		rc.mu.Unlock()
-		h(n, w, r)
-	}))
-	t.Cleanup(rc.Close)
-	return rc
-}
-
-func reply(status int, body string) handler {
-	return func(_ int, w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(status)
-		io.WriteString(w, body)
-	}
-}
-
-func (rc *receiver) keys() []string {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	var out []string
-	for _, r := range rc.requests {
-		out = append(out, r.Header.Get("Idempotency-Key"))
-	}
-	return out
-}
-
-var secretSeq atomic.Int64
-
-// createSecret creates a secret named integrations/<name> on api and returns
-// its name.
-func createSecret(t *testing.T, api *secretsmanager.Client, name, value, orgTag string) string {
-	t.Helper()
-	in := &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)}
-	if orgTag != "" {
-		in.Tags = []smtypes.Tag{{Key: aws.String(credential.OrganizationTag), Value: aws.String(orgTag)}}
-	}
-	if _, err := api.CreateSecret(context.Background(), in); err != nil {
-		t.Fatalf("creating secret %s: %v", name, err)
-	}
-	return name
-}
-
-func secretName(what string) string {
-	return fmt.Sprintf("integrations/faulttest-%s-%d-%d", what, os.Getpid(), secretSeq.Add(1))
 }
 
 // row is the full state of one outbox row.

@@ -64,29 +64,15 @@ func TestPostgresRestartMidBatch(t *testing.T) {
 	t.Parallel()
 	// A cluster of its own: the other tests keep theirs while this one
 	// goes down.
-	pg2, err := testenv.StartPostgres()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg2.Stop)
-	if pg2.DataDir == "" {
-		t.Skip("TEST_DATABASE_URL is set: this test needs a server it can restart")
-	}
+	pg2 := testenv.OwnPostgres(t)
 	f := pg2.NewDB(t)
 	// The pipeline commits synchronously, as production does (the test
 	// cluster runs with synchronous_commit=off for speed): what the server
 	// acknowledged survives the crash.
-	cfg, err := pgxpool.ParseConfig(f.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
-	cfg.MaxConns = 10
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.OpenPool(t, f.URL, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+		cfg.MaxConns = 10
+	})
 	e := newEnvOn(t, f, pool)
 	restart := func() {
 		t.Helper()

@@ -47,14 +47,7 @@ func (s *throttling) DescribeSecret(ctx context.Context, in *secretsmanager.Desc
 // restarts empty, so the secret is created again) the retries complete.
 func TestSecretsManagerUnavailable(t *testing.T) {
 	t.Parallel()
-	m2, err := testenv.StartMoto()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m2.Stop)
-	if m2.Port == 0 {
-		t.Skip("TEST_AWS_ENDPOINT_URL is set: this test needs a moto_server it can stop")
-	}
+	m2 := testenv.OwnMoto(t)
 	e := newEnv(t)
 	api := secretsmanager.NewFromConfig(m2.AWSConfig())
 	sm := &throttling{SecretsAPI: api}
@@ -68,8 +61,8 @@ func TestSecretsManagerUnavailable(t *testing.T) {
 	token, signing := "tok-"+rand.Text(), "sig-"+rand.Text()
 	secretValue := fmt.Sprintf(`{"token":%q,"signingSecret":%q}`, token, signing)
 	org := e.f.NewID(t)
-	ref := createSecret(t, api, secretName("outage"), secretValue, org)
-	rc := newReceiver(t, reply(200, `{"id":"EXT"}`))
+	ref, _ := testenv.CreateSecret(t, api, testenv.SecretName(t, "-outage"), secretValue, org)
+	rc := testenv.NewReceiver(t, testenv.Reply(200, `{"id":"EXT"}`))
 	conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook", CredentialReference: ref,
 		Config: map[string]string{"url": rc.URL}})
 	po := e.f.PurchaseOrder(t, org, "", 1)
@@ -107,8 +100,8 @@ func TestSecretsManagerUnavailable(t *testing.T) {
 	if !strings.Contains(all[throttled].LastError, "ThrottlingException") {
 		t.Errorf("throttled row's last_error %q does not say so", all[throttled].LastError)
 	}
-	if rc.calls.Load() != 1 {
-		t.Fatalf("provider called %d times, want once (before the outage)", rc.calls.Load())
+	if rc.Calls() != 1 {
+		t.Fatalf("provider called %d times, want once (before the outage)", rc.Calls())
 	}
 
 	// Back: moto restarts empty, so the secret is created again; the
@@ -116,7 +109,7 @@ func TestSecretsManagerUnavailable(t *testing.T) {
 	if err := m2.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	createSecret(t, api, ref, secretValue, org)
+	testenv.CreateSecret(t, api, ref, secretValue, org)
 	if _, err := e.f.Pool.Exec(context.Background(), `update external_integration_outbox set next_attempt_at = now()
 		where status = 'failed'`); err != nil {
 		t.Fatal(err)
@@ -131,13 +124,11 @@ func TestSecretsManagerUnavailable(t *testing.T) {
 			t.Errorf("row %s after recovery: %+v", id, r)
 		}
 	}
-	rc.mu.Lock()
-	for _, req := range rc.requests {
+	for _, req := range rc.Requests() {
 		if req.Header.Get("Authorization") != "Bearer "+token || !strings.Contains(req.Header.Get("X-Outbox-Signature"), "v1=") {
 			t.Errorf("request without the credential: %v", req.Header)
 		}
 	}
-	rc.mu.Unlock()
 
 	// The secret values never reached a log line or a column.
 	logs := e.logs.String()

@@ -395,13 +395,7 @@ func TestEnqueueInstallsOverHostRowsWithDuplicateKeys(t *testing.T) {
 	url, conn := freshDB(t)
 	org := "6f1a4c1e-0000-4000-8000-000000000001"
 	_, err := conn.Exec(ctx, `
-		create table external_integration_outbox (
-			id uuid primary key default gen_random_uuid(), organization_id uuid not null,
-			integration_connection_id uuid not null, provider text not null, command_type text not null,
-			local_entity_type text not null, local_entity_id uuid not null, payload_json jsonb not null default '{}',
-			idempotency_key text not null, status text not null default 'queued', attempt_count int not null default 0,
-			next_attempt_at timestamptz, last_error text, provider_reference text, provider_status text,
-			completed_at timestamptz, created_at timestamptz not null default now());
+		`+seedOutboxTable("external_integration_outbox")+`
 		insert into external_integration_outbox (id, organization_id, integration_connection_id, provider, command_type,
 			local_entity_type, local_entity_id, idempotency_key, status, created_at)
 		values

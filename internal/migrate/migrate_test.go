@@ -2,7 +2,6 @@ package migrate_test
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -14,13 +13,7 @@ import (
 var pg *testenv.Postgres
 
 func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	pg.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.WithPostgres(&pg))
 }
 
 func freshDB(t *testing.T) (string, *pgx.Conn) {
@@ -88,6 +81,18 @@ func TestUpOnEmptyDatabaseTwiceAndDown(t *testing.T) {
 	}
 }
 
+// seedOutboxTable creates the host's outbox table as the seed worker knew it
+// (no lease columns), under the qualified name.
+func seedOutboxTable(name string) string {
+	return `create table ` + name + ` (
+		id uuid primary key default gen_random_uuid(), organization_id uuid not null,
+		integration_connection_id uuid not null, provider text not null, command_type text not null,
+		local_entity_type text not null, local_entity_id uuid not null, payload_json jsonb not null default '{}',
+		idempotency_key text not null, status text not null default 'queued', attempt_count int not null default 0,
+		next_attempt_at timestamptz, last_error text, provider_reference text, provider_status text,
+		completed_at timestamptz, created_at timestamptz not null default now());`
+}
+
 // The host application may have created its tables (seed shape, no lease
 // columns) in its own schema before we migrate: the migration completes them.
 func TestUpOverHostTablesInSearchPathSchema(t *testing.T) {
@@ -96,13 +101,7 @@ func TestUpOverHostTablesInSearchPathSchema(t *testing.T) {
 	url, conn := freshDB(t)
 	_, err := conn.Exec(ctx, `
 		create schema backoffice;
-		create table backoffice.external_integration_outbox (
-			id uuid primary key default gen_random_uuid(), organization_id uuid not null,
-			integration_connection_id uuid not null, provider text not null, command_type text not null,
-			local_entity_type text not null, local_entity_id uuid not null, payload_json jsonb not null default '{}',
-			idempotency_key text not null, status text not null default 'queued', attempt_count int not null default 0,
-			next_attempt_at timestamptz, last_error text, provider_reference text, provider_status text,
-			completed_at timestamptz, created_at timestamptz not null default now());
+		`+seedOutboxTable("backoffice.external_integration_outbox")+`
 		insert into backoffice.external_integration_outbox (organization_id, integration_connection_id, provider,
 			command_type, local_entity_type, local_entity_id, idempotency_key)
 			values (gen_random_uuid(), gen_random_uuid(), 'webhook', 'push_purchase_order', 'purchase_order', gen_random_uuid(), 'k1');`)

@@ -3,7 +3,6 @@ package overload_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -14,13 +13,7 @@ import (
 var pg *testenv.Postgres
 
 func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	pg.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.WithPostgres(&pg))
 }
 
 // backlog is the first scenario, small: consumers slower than the

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"integration-outbox/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testenv.Main(m)
 }
 
 func TestNewRegistry(t *testing.T) {

@@ -3,7 +3,6 @@ package purchaseorder_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
@@ -18,13 +17,7 @@ import (
 var pg *testenv.Postgres
 
 func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	pg.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.WithPostgres(&pg))
 }
 
 // capture is a provider that can push purchase orders and keeps what it got.

@@ -109,8 +109,8 @@ func TestAttemptWithoutAProviderCallIsRecordedAsSuch(t *testing.T) {
 		got[0].ErrorExcerpt == nil || got[0].StartedAt == nil || got[0].FinishedAt == nil {
 		t.Fatalf("attempts %+v, want one dead_letter attempt without a call", got)
 	}
-	if rc.calls.Load() != 0 {
-		t.Errorf("provider called %d times", rc.calls.Load())
+	if rc.Calls() != 0 {
+		t.Errorf("provider called %d times", rc.Calls())
 	}
 }
 

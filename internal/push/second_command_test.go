@@ -145,15 +145,7 @@ func TestTestOnlyCommandGoesThroughDispatchSQSAndPushWithoutOutboxChanges(t *tes
 		t.Fatal(err)
 	}
 	sqsClient := sqs.NewFromConfig(moto.AWSConfig())
-	queue := func(name string) string {
-		out, err := sqsClient.CreateQueue(ctx, &sqs.CreateQueueInput{
-			QueueName: aws.String(fmt.Sprintf("%s-%d-%d", name, os.Getpid(), secretSeq.Add(1)))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return aws.ToString(out.QueueUrl)
-	}
-	stockQueue, orderQueue := queue("stock"), queue("orders")
+	stockQueue, orderQueue := testenv.CreateQueue(t, sqsClient, nil), testenv.CreateQueue(t, sqsClient, nil)
 
 	org, otherOrg := f.NewID(t), f.NewID(t)
 	count := func(org, location, item string, qty int) string {
@@ -341,7 +333,7 @@ func TestJobsWhoseEntityCannotBeLoadedAreRetriedWithoutACall(t *testing.T) {
 		t.Errorf("row = %s, last_error %q, retry in %v; want failed with the load error, retried after the backoff",
 			r.Status, deref(r.LastError), r.RetryInSeconds)
 	}
-	if n := rc.calls.Load(); n != 0 {
+	if n := rc.Calls(); n != 0 {
 		t.Errorf("provider called %d times", n)
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,9 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/message"
@@ -36,53 +32,17 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		panic(err)
-	}
-	if moto, err = testenv.StartMoto(); err != nil {
-		pg.Stop()
-		panic(err)
-	}
-	code := m.Run()
-	moto.Stop()
-	pg.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.WithPostgres(&pg), testenv.WithMoto(&moto))
 }
 
-// receiver is a local webhook endpoint that records what it got.
-type receiver struct {
-	*httptest.Server
-	mu       sync.Mutex
-	requests []received
-	answer   func(n int, r *http.Request) (status int, header map[string]string, body string)
-	calls    atomic.Int64
-}
-
-type received struct {
-	Header http.Header
-	Body   map[string]any
-}
-
-func newReceiver(t *testing.T, answer func(n int, r *http.Request) (int, map[string]string, string)) *receiver {
-	rc := &receiver{answer: answer}
-	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := int(rc.calls.Add(1))
-		raw, _ := io.ReadAll(r.Body)
-		var body map[string]any
-		json.Unmarshal(raw, &body)
-		rc.mu.Lock()
-		rc.requests = append(rc.requests, received{Header: r.Header.Clone(), Body: body})
-		rc.mu.Unlock()
-		status, header, resp := rc.answer(n, r)
-		for k, v := range header {
-			w.Header().Set(k, v)
-		}
-		w.WriteHeader(status)
-		io.WriteString(w, resp)
-	}))
-	t.Cleanup(rc.Close)
-	return rc
+// newReceiver starts a webhook receiver that records what it got and
+// answers the n-th request with answer(n, r).
+func newReceiver(t *testing.T, answer func(n int, r *http.Request) (int, map[string]string, string)) *testenv.Receiver {
+	t.Helper()
+	return testenv.NewReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		status, header, body := answer(n, r)
+		testenv.ReplyWithHeader(status, header, body)(n, w, r)
+	})
 }
 
 func answer(status int, header map[string]string, body string) func(int, *http.Request) (int, map[string]string, string) {
@@ -152,30 +112,19 @@ func setup(t *testing.T, opts ...func(*options)) bundle {
 	return bundle{f: f, store: store, worker: w, secrets: secrets, org: f.NewID(t)}
 }
 
-var secretSeq atomic.Int64
-
 // secret creates a Secrets Manager secret under the prefix and returns its name.
 func secret(t *testing.T, value string, orgTag string) string {
 	t.Helper()
-	name := fmt.Sprintf("integrations/test-%d-%d", os.Getpid(), secretSeq.Add(1))
-	in := &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)}
-	if orgTag != "" {
-		in.Tags = []smtypes.Tag{{Key: aws.String("organization_id"), Value: aws.String(orgTag)}}
-	}
-	if _, err := secretsmanager.NewFromConfig(moto.AWSConfig()).CreateSecret(context.Background(), in); err != nil {
-		t.Fatal(err)
-	}
+	name, _ := testenv.CreateSecret(t, secretsmanager.NewFromConfig(moto.AWSConfig()), testenv.SecretName(t, ""), value, orgTag)
 	return name
 }
 
 // webhookCommand inserts a connection to url, an order and its command.
 func (b bundle) webhookCommand(t *testing.T, url, credRef string) string {
 	t.Helper()
-	conn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: b.org, Provider: "webhook",
-		CredentialReference: credRef, Config: map[string]string{"url": url}})
-	po := b.f.PurchaseOrder(t, b.org, "", 2)
-	return b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn, Provider: "webhook",
-		EntityID: po, IdempotencyKey: "idem-" + po})
+	return b.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Lines: 2,
+		Connection: testenv.ConnectionOpts{OrganizationID: b.org, Provider: "webhook",
+			CredentialReference: credRef, Config: map[string]string{"url": url}}}).CommandID
 }
 
 // claim claims due rows as the dispatcher does and returns the SQS event the
@@ -269,8 +218,8 @@ func TestWebhookResponseClassesEndInTheirStates(t *testing.T) {
 			if (tc.wantConfict != "") != (conflicts == 1) {
 				t.Errorf("conflicts of type %q: %d", tc.wantConfict, conflicts)
 			}
-			if rc.calls.Load() != 1 {
-				t.Errorf("provider called %d times, want 1", rc.calls.Load())
+			if rc.Calls() != 1 {
+				t.Errorf("provider called %d times, want 1", rc.Calls())
 			}
 		})
 	}
@@ -301,7 +250,7 @@ func TestWebhookRequestFollowsTheProtocol(t *testing.T) {
 	if r := b.f.Row(t, id); r.Status != "completed" {
 		t.Fatalf("row %s, last_error %q", r.Status, deref(r.LastError))
 	}
-	got := rc.requests[0]
+	got := rc.Requests()[0]
 	if got.Header.Get("Authorization") != "Bearer tok-abc" || got.Header.Get("Content-Type") != "application/json" ||
 		!strings.HasPrefix(got.Header.Get("Idempotency-Key"), "idem-") || !strings.Contains(got.Header.Get("X-Outbox-Signature"), ",v1=") {
 		t.Errorf("headers: %v", got.Header)
@@ -345,8 +294,8 @@ func TestTenthFailureDeadLettersWithExactlyOneConflict(t *testing.T) {
 	if len(b.claim(t, 10).Records) != 0 {
 		t.Error("a dead-lettered row was claimed again")
 	}
-	if rc.calls.Load() != 10 {
-		t.Errorf("provider called %d times, want 10", rc.calls.Load())
+	if rc.Calls() != 10 {
+		t.Errorf("provider called %d times, want 10", rc.Calls())
 	}
 }
 
@@ -374,8 +323,8 @@ func TestOrderOfAnotherOrganizationOrLocationIsNeverSent(t *testing.T) {
 			t.Errorf("row %s: %d entity_not_found conflicts", id, n)
 		}
 	}
-	if rc.calls.Load() != 0 {
-		t.Errorf("provider received %d requests for orders outside the tenant/location", rc.calls.Load())
+	if rc.Calls() != 0 {
+		t.Errorf("provider received %d requests for orders outside the tenant/location", rc.Calls())
 	}
 }
 
@@ -392,8 +341,8 @@ func TestDuplicateDeliveriesCallTheProviderOnce(t *testing.T) {
 	}
 	wg.Wait()
 	b.handle(t, ev) // and again after completion
-	if rc.calls.Load() != 1 {
-		t.Errorf("provider called %d times, want 1", rc.calls.Load())
+	if rc.Calls() != 1 {
+		t.Errorf("provider called %d times, want 1", rc.Calls())
 	}
 	if r := b.f.Row(t, id); r.Status != "completed" {
 		t.Errorf("row %s", r.Status)
@@ -425,8 +374,8 @@ func TestCredentialOutsidePrefixOrOfAnotherTenantIsRefused(t *testing.T) {
 			t.Errorf("%s: %d credential_rejected conflicts", why, n)
 		}
 	}
-	if rc.calls.Load() != 0 {
-		t.Errorf("provider called %d times with refused credentials", rc.calls.Load())
+	if rc.Calls() != 0 {
+		t.Errorf("provider called %d times with refused credentials", rc.Calls())
 	}
 }
 
@@ -502,8 +451,8 @@ func TestBadInputEndsInItsConflictWithoutACall(t *testing.T) {
 			t.Errorf("row %s: %d %s conflicts", id, n, want)
 		}
 	}
-	if rc.calls.Load() != 0 {
-		t.Errorf("provider called %d times", rc.calls.Load())
+	if rc.Calls() != 0 {
+		t.Errorf("provider called %d times", rc.Calls())
 	}
 }
 
@@ -653,7 +602,7 @@ func TestIdempotencyKeyThatCannotBeAHeaderIsPayloadInvalid(t *testing.T) {
 	if r := b.f.Row(t, fine); r.Status != "completed" {
 		t.Errorf("row with a valid key: %s (%s)", r.Status, deref(r.LastError))
 	}
-	if n := rc.calls.Load(); n != 1 {
+	if n := rc.Calls(); n != 1 {
 		t.Errorf("provider called %d times, want once (the valid key only)", n)
 	}
 }
@@ -705,8 +654,8 @@ func TestLateMessageAfterItsLeaseExpiredIsNotPushed(t *testing.T) {
 	if resp := b.handle(t, ev); len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("failures %v", resp.BatchItemFailures)
 	}
-	if rc.calls.Load() != 0 {
-		t.Errorf("provider called %d times for an expired claim", rc.calls.Load())
+	if rc.Calls() != 0 {
+		t.Errorf("provider called %d times for an expired claim", rc.Calls())
 	}
 	if r := b.f.Row(t, id); r.Status != "processing" || r.StartedAt != nil {
 		t.Errorf("row %+v, want processing and not started (left to the reclaim)", r)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -23,42 +22,20 @@ import (
 // One Postgres cluster and one moto_server per test run, started by the
 // first test that needs them, so that the payload tests and fuzzing run
 // without servers.
-var (
-	pgOnce   sync.Once
-	pg       *testenv.Postgres
-	pgErr    error
-	motoOnce sync.Once
-	moto     *testenv.Moto
-	motoErr  error
-)
+var servers testenv.OnDemand
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if moto != nil {
-		moto.Stop()
-	}
-	if pg != nil {
-		pg.Stop()
-	}
-	os.Exit(code)
+	testenv.Main(m, testenv.WithOnDemand(&servers))
 }
 
 func newDB(t *testing.T) *testenv.Fixture {
 	t.Helper()
-	pgOnce.Do(func() { pg, pgErr = testenv.StartPostgres() })
-	if pgErr != nil {
-		t.Fatal(pgErr)
-	}
-	return pg.NewDB(t)
+	return servers.Postgres(t).NewDB(t)
 }
 
 func startMoto(t *testing.T) *testenv.Moto {
 	t.Helper()
-	motoOnce.Do(func() { moto, motoErr = testenv.StartMoto() })
-	if motoErr != nil {
-		t.Fatal(motoErr)
-	}
-	return moto
+	return servers.Moto(t)
 }
 
 const maxAttempts = 10

@@ -2,11 +2,8 @@ package rerun_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -17,8 +14,6 @@ import (
 	"integration-outbox/internal/config"
 	"integration-outbox/internal/testenv"
 )
-
-var queueSeq atomic.Int64
 
 // TestRerunDispatchPushRoundTrip takes a dead-lettered row through the
 // pipeline as production wires it (app.Rerunner and app.PushWorker on a
@@ -31,12 +26,7 @@ func TestRerunDispatchPushRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	f := newDB(t)
 	client := sqs.NewFromConfig(m.AWSConfig())
-	q, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{
-		QueueName: aws.String(fmt.Sprintf("rerun-push-%d-%d", os.Getpid(), queueSeq.Add(1)))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	queue := aws.ToString(q.QueueUrl)
+	queue := testenv.CreateQueue(t, client, nil)
 	env := map[string]string{"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": queue, "AWS_REGION": "us-east-1",
 		"SANDBOX_PROVIDER_ENABLED": "true"}
 	cfg, err := config.Load(func(k string) string { return env[k] }, config.NeedQueue)
@@ -46,11 +36,11 @@ func TestRerunDispatchPushRoundTrip(t *testing.T) {
 	a := &app.App{Config: cfg, Logger: slog.New(slog.DiscardHandler), Pool: f.Pool, AWS: m.AWSConfig(), Out: io.Discard}
 
 	org := f.NewID(t)
-	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "sandbox", Config: map[string]any{}})
-	po := f.PurchaseOrder(t, org, "", 2)
-	id := f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po,
-		Status: "dead_letter", AttemptCount: cfg.MaxAttempts})
-	b := bundle{f: f, org: org, conn: conn}
+	ids := f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Lines: 2,
+		Connection: testenv.ConnectionOpts{OrganizationID: org, Provider: "sandbox", Config: map[string]any{}},
+		Command:    testenv.CommandOpts{Status: "dead_letter", AttemptCount: cfg.MaxAttempts}})
+	id := ids.CommandID
+	b := bundle{f: f, org: org, conn: ids.ConnectionID}
 	b.exec(t, `update external_integration_outbox set last_error = 'attempts exhausted: 503' where id = $1`, id)
 	conflict := b.conflict(t, org, id, "open")
 

@@ -3,7 +3,6 @@ package retention_test
 import (
 	"bytes"
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,13 +15,7 @@ import (
 var pg *testenv.Postgres
 
 func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	pg.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.WithPostgres(&pg))
 }
 
 type bundle struct {

@@ -47,17 +47,28 @@ func (p *Postgres) NewDB(t testing.TB) *Fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pool := OpenPool(t, url, func(cfg *pgxpool.Config) { cfg.MaxConns = 20 })
+	return &Fixture{Pool: pool, URL: url}
+}
+
+// OpenPool opens a pool on the database at url, configured by configure
+// when it is not nil (MaxConns, a tracer, runtime parameters), and closes
+// it when the test ends.
+func OpenPool(t testing.TB, url string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = 20
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if configure != nil {
+		configure(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return &Fixture{Pool: pool, URL: url}
+	return pool
 }
 
 func databaseName(url string) string {

@@ -178,3 +178,41 @@ func (f *Fixture) Count(t testing.TB, sql string, args ...any) int {
 	}
 	return n
 }
+
+// PurchaseOrderCommandOpts describes the trio most push tests start from:
+// a connection, a purchase order and one command pushing it.
+type PurchaseOrderCommandOpts struct {
+	// Connection is the connection to insert; its OrganizationID is the
+	// tenant of all three rows, its LocationID the order's location.
+	Connection ConnectionOpts
+	Lines      int // lines of the order; default 1
+	// Command describes the outbox row. OrganizationID, ConnectionID and
+	// EntityID are filled in; Provider defaults to the connection's, and
+	// IdempotencyKey to "idem-<order id>".
+	Command CommandOpts
+}
+
+// PurchaseOrderCommandIDs are the ids of the rows PurchaseOrderCommand
+// inserted.
+type PurchaseOrderCommandIDs struct {
+	ConnectionID, PurchaseOrderID, CommandID string
+}
+
+// PurchaseOrderCommand inserts a connection, a purchase order and the
+// command pushing it, and returns their ids.
+func (f *Fixture) PurchaseOrderCommand(t testing.TB, o PurchaseOrderCommandOpts) PurchaseOrderCommandIDs {
+	t.Helper()
+	var ids PurchaseOrderCommandIDs
+	ids.ConnectionID = f.Connection(t, o.Connection)
+	ids.PurchaseOrderID = f.PurchaseOrder(t, o.Connection.OrganizationID, o.Connection.LocationID, max(o.Lines, 1))
+	c := o.Command
+	c.OrganizationID, c.ConnectionID, c.EntityID = o.Connection.OrganizationID, ids.ConnectionID, ids.PurchaseOrderID
+	if c.Provider == "" {
+		c.Provider = o.Connection.Provider
+	}
+	if c.IdempotencyKey == "" {
+		c.IdempotencyKey = "idem-" + ids.PurchaseOrderID
+	}
+	ids.CommandID = f.Command(t, c)
+	return ids
+}

@@ -31,18 +31,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	var err error
-	if pg, err = testenv.StartPostgres(); err != nil {
-		panic(err)
-	}
-	if moto, err = testenv.StartMoto(); err != nil {
-		pg.Stop()
-		panic(err)
-	}
-	code := m.Run()
-	moto.Stop()
-	pg.Stop()
-	os.Exit(code)
+	testenv.Main(m, testenv.WithPostgres(&pg), testenv.WithMoto(&moto))
 }
 
 // fencedBlock returns the body of the first ``` block of the language after
@@ -198,12 +187,9 @@ func TestGoExampleEnqueuesAndWakesTheDispatcher(t *testing.T) {
 
 	// The real dispatcher accepts the wake-up event and sends the row.
 	sqsClient := sqs.NewFromConfig(moto.AWSConfig())
-	q, err := sqsClient.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("producers-%d", os.Getpid()))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	queue := testenv.CreateQueue(t, sqsClient, nil)
 	d, err := dispatch.New(outbox.NewStore(f.Pool), sqsClient, dispatch.Config{
-		Routes: dispatch.Routes{"push_purchase_order": aws.ToString(q.QueueUrl)}, Lease: 15 * time.Minute})
+		Routes: dispatch.Routes{"push_purchase_order": queue}, Lease: 15 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +197,7 @@ func TestGoExampleEnqueuesAndWakesTheDispatcher(t *testing.T) {
 	if err != nil || s.Claimed != 1 || s.Dispatched != 1 {
 		t.Fatalf("wake-up run: %+v %v", s, err)
 	}
-	got, err := sqsClient.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10})
+	got, err := sqsClient.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &queue, MaxNumberOfMessages: 10})
 	if err != nil || len(got.Messages) != 1 {
 		t.Fatalf("queue: %v %v", got, err)
 	}
