@@ -32,7 +32,7 @@ const (
 // (one connection each): fairClaimDue due rows spread evenly (3 in 4
 // queued, 1 in 4 failed with a past next_attempt_at), fairClaimInFlight
 // leased, the rest completed; fairClaimOpen connections with an open
-// circuit. Then VACUUM (ANALYZE) and autovacuum off, as loadOutbox does.
+// circuit. settle then prepares the tables for the measurement.
 func loadFairOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
 	every := rows / fairClaimDue
 	lease := rows / fairClaimInFlight
@@ -64,10 +64,6 @@ func loadFairOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
 		      opened_count, open_until, opened_at)
 		  select id, organization_id, 5, 1, now() + interval '1 hour', now()
 		  from integration_connections order by id limit $1`, []any{fairClaimOpen}},
-		{`vacuum (analyze) integration_connections`, nil},
-		{`vacuum (analyze) integration_outbox_connection_health`, nil},
-		{`vacuum (analyze) external_integration_outbox`, nil},
-		{`alter table external_integration_outbox set (autovacuum_enabled = false)`, nil},
 	}
 	for _, s := range stmts {
 		if _, err := conn.Exec(ctx, s.sql, s.args...); err != nil {
@@ -75,6 +71,91 @@ func loadFairOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
 		}
 	}
 	return nil
+}
+
+// fairClaimTables are the tables the fair claim reads.
+var fairClaimTables = []string{"integration_connections", "integration_outbox_connection_health", "external_integration_outbox"}
+
+// quietWait bounds how long settle waits for the database's other sessions
+// (autovacuum workers) to finish.
+const quietWait = 2 * time.Minute
+
+// settle brings freshly loaded tables to the state every measured claim
+// should meet, however busy the cluster was before (in make bench the claim
+// scaling has just loaded, cloned and dropped three 1M-row databases):
+// autovacuum off on each table, no other session left in the database (an
+// autovacuum worker's snapshot would keep VACUUM from marking the loaded
+// pages all-visible, and the claim's index scans would then visit the heap),
+// VACUUM (ANALYZE) of each table, a CHECKPOINT so the load's dirty pages are
+// written before the clock runs, and quiet again. It reports how many of
+// each table's pages VACUUM marked all-visible.
+func settle(ctx context.Context, log *slog.Logger, conn *pgx.Conn, tables []string) error {
+	for _, t := range tables {
+		if _, err := conn.Exec(ctx, "alter table "+pgx.Identifier{t}.Sanitize()+" set (autovacuum_enabled = false)"); err != nil {
+			return fmt.Errorf("switching autovacuum off on %s: %w", t, err)
+		}
+	}
+	if err := waitQuiet(ctx, log, conn); err != nil {
+		return err
+	}
+	for _, t := range tables {
+		if _, err := conn.Exec(ctx, "vacuum (analyze) "+pgx.Identifier{t}.Sanitize()); err != nil {
+			return fmt.Errorf("vacuuming %s: %w", t, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, "checkpoint"); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := waitQuiet(ctx, log, conn); err != nil {
+		return err
+	}
+	for _, t := range tables {
+		var pages, visible int64
+		if err := conn.QueryRow(ctx, `select relpages, relallvisible from pg_class where oid = $1::regclass`, t).Scan(&pages, &visible); err != nil {
+			return fmt.Errorf("reading the visibility of %s: %w", t, err)
+		}
+		log.Info("table settled", "table", t, "pages", pages, "allVisible", visible)
+	}
+	return nil
+}
+
+// waitQuiet polls until no other session of the cluster works in conn's
+// database (autovacuum workers included) and no vacuum is in progress
+// there, for at most quietWait; past that it logs what still runs and goes
+// on.
+func waitQuiet(ctx context.Context, log *slog.Logger, conn *pgx.Conn) error {
+	deadline := time.Now().Add(quietWait)
+	for {
+		var busy []string
+		err := func() error {
+			rows, err := conn.Query(ctx, `
+				select backend_type || coalesce(': ' || left(query, 80), '') from pg_stat_activity
+				where datname = current_database() and pid <> pg_backend_pid()
+				union all
+				select 'vacuum of ' || relid::regclass::text from pg_stat_progress_vacuum
+				where datname = current_database() and pid <> pg_backend_pid()`)
+			if err != nil {
+				return err
+			}
+			busy, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		}()
+		if err != nil {
+			return fmt.Errorf("reading the database's sessions: %w", err)
+		}
+		if len(busy) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			log.Warn("database not quiet, measuring anyway", "waited", quietWait, "sessions", busy)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // measureFairClaims measures the claim of 50 with every limit on
@@ -97,6 +178,9 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 			defer conn.Close(context.WithoutCancel(ctx))
 			if err := loadFairOutbox(ctx, conn, rows); err != nil {
 				return err
+			}
+			if err := settle(ctx, log, conn, fairClaimTables); err != nil {
+				return fmt.Errorf("%d rows: %w", rows, err)
 			}
 			after := "00000000-0000-0000-0000-000000000000"
 			for round := range claimWarmup + runs {
@@ -224,6 +308,8 @@ func overloadMarkdown(runs []overloadRun, fair []fairClaimSize) string {
 		p("\n## Fair, capped claim\n\n")
 		p("Claim of %d with organizations interleaved, DISPATCH_MAX_IN_FLIGHT 5,000 (%d leased), CONNECTION_MAX_IN_FLIGHT 10, %d open circuits; %d due rows across %d organizations.\n\n",
 			claimLimit, fairClaimInFlight, fairClaimOpen, fairClaimDue, fairClaimOrgs)
+		p("Each size is loaded into a fresh database; then autovacuum off on the claim's three tables, a wait (at most %s) until no other session (autovacuum worker) works in the database, `VACUUM (ANALYZE)` of each table and a `CHECKPOINT`, so the claims meet all-visible pages whatever ran in the cluster before; %d unmeasured claims, then the median of %d, each rolled back.\n\n",
+			quietWait, claimWarmup, len(fair[0].Samples))
 		p("| Rows | Median claim | Ratio to the smallest size | Target |\n|---|---|---|---|\n")
 		for _, f := range fair {
 			p("| %s | %s | %s | ≤ 1.50× |\n", rows(f.Rows), ms(f.median()), x(float64(f.median())/float64(fair[0].median())))
