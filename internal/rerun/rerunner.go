@@ -328,13 +328,6 @@ func retryable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
 }
 
-// IsPayloadError reports whether err is a rejected payload (it names the
-// field) rather than a failure to run the rerun.
-func IsPayloadError(err error) bool {
-	var fe *strictjson.FieldError
-	return errors.As(err, &fe)
-}
-
 func nullable(s string) *string {
 	if s == "" {
 		return nil
