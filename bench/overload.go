@@ -83,12 +83,15 @@ const quietWait = 2 * time.Minute
 // settle brings freshly loaded tables to the state every measured claim
 // should meet, however busy the cluster was before (in make bench the claim
 // scaling has just loaded, cloned and dropped three 1M-row databases):
-// autovacuum off on each table, no other session left in the database (an
+// autovacuum off on each table; no other session left in the database (an
 // autovacuum worker's snapshot would keep VACUUM from marking the loaded
-// pages all-visible, and the claim's index scans would then visit the heap),
-// VACUUM (ANALYZE) of each table, a CHECKPOINT so the load's dirty pages are
-// written before the clock runs, and quiet again. It reports how many of
-// each table's pages VACUUM marked all-visible.
+// pages all-visible); a CHECKPOINT, which flushes the load's commit (the
+// test cluster runs with synchronous_commit off, and VACUUM neither sets
+// the hint bits of a transaction whose commit is not yet flushed nor marks
+// its pages all-visible, so the claim's index scans would visit the heap);
+// VACUUM (ANALYZE) of each table; a CHECKPOINT to write what VACUUM
+// dirtied; quiet again. It logs how many of each table's pages are
+// all-visible, and warns when some are not.
 func settle(ctx context.Context, log *slog.Logger, conn *pgx.Conn, tables []string) error {
 	for _, t := range tables {
 		if _, err := conn.Exec(ctx, "alter table "+pgx.Identifier{t}.Sanitize()+" set (autovacuum_enabled = false)"); err != nil {
@@ -97,6 +100,9 @@ func settle(ctx context.Context, log *slog.Logger, conn *pgx.Conn, tables []stri
 	}
 	if err := waitQuiet(ctx, log, conn); err != nil {
 		return err
+	}
+	if _, err := conn.Exec(ctx, "checkpoint"); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
 	}
 	for _, t := range tables {
 		if _, err := conn.Exec(ctx, "vacuum (analyze) "+pgx.Identifier{t}.Sanitize()); err != nil {
@@ -114,7 +120,11 @@ func settle(ctx context.Context, log *slog.Logger, conn *pgx.Conn, tables []stri
 		if err := conn.QueryRow(ctx, `select relpages, relallvisible from pg_class where oid = $1::regclass`, t).Scan(&pages, &visible); err != nil {
 			return fmt.Errorf("reading the visibility of %s: %w", t, err)
 		}
-		log.Info("table settled", "table", t, "pages", pages, "allVisible", visible)
+		level := slog.LevelInfo
+		if visible < pages {
+			level = slog.LevelWarn
+		}
+		log.Log(ctx, level, "table settled", "table", t, "pages", pages, "allVisible", visible)
 	}
 	return nil
 }
@@ -308,7 +318,7 @@ func overloadMarkdown(runs []overloadRun, fair []fairClaimSize) string {
 		p("\n## Fair, capped claim\n\n")
 		p("Claim of %d with organizations interleaved, DISPATCH_MAX_IN_FLIGHT 5,000 (%d leased), CONNECTION_MAX_IN_FLIGHT 10, %d open circuits; %d due rows across %d organizations.\n\n",
 			claimLimit, fairClaimInFlight, fairClaimOpen, fairClaimDue, fairClaimOrgs)
-		p("Each size is loaded into a fresh database; then autovacuum off on the claim's three tables, a wait (at most %s) until no other session (autovacuum worker) works in the database, `VACUUM (ANALYZE)` of each table and a `CHECKPOINT`, so the claims meet all-visible pages whatever ran in the cluster before; %d unmeasured claims, then the median of %d, each rolled back.\n\n",
+		p("Each size is loaded into a fresh database; then autovacuum off on the claim's three tables, a wait (at most %s) until no other session (autovacuum worker) works in the database, a `CHECKPOINT` (the cluster runs with `synchronous_commit=off`: until the load's commit is flushed VACUUM cannot mark its pages all-visible), `VACUUM (ANALYZE)` of each table and another `CHECKPOINT`, so the claims meet all-visible pages whatever ran in the cluster before; %d unmeasured claims, then the median of %d, each rolled back.\n\n",
 			quietWait, claimWarmup, len(fair[0].Samples))
 		p("| Rows | Median claim | Ratio to the smallest size | Target |\n|---|---|---|---|\n")
 		for _, f := range fair {
