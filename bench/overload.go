@@ -88,7 +88,7 @@ const quietWait = 2 * time.Minute
 // autovacuum worker's snapshot would keep VACUUM from marking the loaded
 // pages all-visible); then CHECKPOINT and VACUUM (ANALYZE) of each table
 // until VACUUM has marked every page all-visible, at most settleTries
-// times (right after a load on a busy cluster VACUUM can leave pages not
+// times a second apart (right after a load on a busy cluster VACUUM can leave pages not
 // all-visible, and the claim's index scans would then visit the heap); a
 // CHECKPOINT to write what VACUUM dirtied; quiet again. It logs each
 // table's pages and all-visible pages, and warns when some are left.
@@ -114,13 +114,19 @@ func settle(ctx context.Context, log *slog.Logger, conn *pgx.Conn, tables []stri
 		if err != nil {
 			return err
 		}
-		if len(left) == 0 || try == settleTries {
-			level := slog.LevelInfo
-			if len(left) > 0 {
-				level = slog.LevelWarn
-			}
-			log.Log(ctx, level, "tables settled", "vacuums", try, "notAllVisible", left)
+		if len(left) == 0 {
+			log.Info("tables settled", "vacuums", try)
 			break
+		}
+		if try == settleTries {
+			log.Warn("tables settled with pages not all-visible", "vacuums", try, "notAllVisible", left,
+				"xminHolders", xminHolders(ctx, conn))
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 	if _, err := conn.Exec(ctx, "checkpoint"); err != nil {
@@ -130,7 +136,27 @@ func settle(ctx context.Context, log *slog.Logger, conn *pgx.Conn, tables []stri
 }
 
 // settleTries bounds the VACUUM rounds of settle.
-const settleTries = 3
+const settleTries = 5
+
+// xminHolders describes what in the cluster holds back the horizon VACUUM
+// may clean up to (sessions with a snapshot or a transaction id, prepared
+// transactions, replication slots), for the warning of settle.
+func xminHolders(ctx context.Context, conn *pgx.Conn) []string {
+	rows, err := conn.Query(ctx, `
+		select format('%s pid %s in %s: xmin %s xid %s, %s', backend_type, pid, coalesce(datname, '-'),
+		    backend_xmin, backend_xid, left(query, 60))
+		from pg_stat_activity where pid <> pg_backend_pid() and (backend_xmin is not null or backend_xid is not null)
+		union all select format('prepared %s in %s', gid, database) from pg_prepared_xacts
+		union all select format('slot %s: xmin %s', slot_name, xmin) from pg_replication_slots`)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return []string{err.Error()}
+	}
+	return out
+}
 
 // notAllVisible lists the tables with pages VACUUM has not marked
 // all-visible, as "table: all-visible/pages".
@@ -155,20 +181,16 @@ func notAllVisible(ctx context.Context, conn *pgx.Conn, tables []string) ([]stri
 func waitQuiet(ctx context.Context, log *slog.Logger, conn *pgx.Conn) error {
 	deadline := time.Now().Add(quietWait)
 	for {
+		rows, err := conn.Query(ctx, `
+			select backend_type || coalesce(': ' || left(query, 80), '') from pg_stat_activity
+			where datname = current_database() and pid <> pg_backend_pid()
+			union all
+			select 'vacuum of ' || relid::regclass::text from pg_stat_progress_vacuum
+			where datname = current_database() and pid <> pg_backend_pid()`)
 		var busy []string
-		err := func() error {
-			rows, err := conn.Query(ctx, `
-				select backend_type || coalesce(': ' || left(query, 80), '') from pg_stat_activity
-				where datname = current_database() and pid <> pg_backend_pid()
-				union all
-				select 'vacuum of ' || relid::regclass::text from pg_stat_progress_vacuum
-				where datname = current_database() and pid <> pg_backend_pid()`)
-			if err != nil {
-				return err
-			}
+		if err == nil {
 			busy, err = pgx.CollectRows(rows, pgx.RowTo[string])
-			return err
-		}()
+		}
 		if err != nil {
 			return fmt.Errorf("reading the database's sessions: %w", err)
 		}
@@ -352,7 +374,7 @@ func overloadMarkdown(runs []overloadRun, fair []fairClaimSize) string {
 		p("\n## Fair, capped claim\n\n")
 		p("Claim of %d with organizations interleaved, DISPATCH_MAX_IN_FLIGHT 5,000 (%d leased), CONNECTION_MAX_IN_FLIGHT 10, %d open circuits; %d due rows across %d organizations.\n\n",
 			claimLimit, fairClaimInFlight, fairClaimOpen, fairClaimDue, fairClaimOrgs)
-		p("Each size is loaded into a fresh database; then autovacuum off on the claim's three tables, a wait (at most %s) until no other session (autovacuum worker) works in the database, then `CHECKPOINT` and `VACUUM (ANALYZE)` of each table until every page is all-visible (at most %d times), and another `CHECKPOINT`, so the claims meet the same settled tables whatever ran in the cluster before; then the sizes take turns claim by claim: %d unmeasured claims each (one turn of the rotating start over the organizations), then the median of %d, each rolled back.\n\n",
+		p("Each size is loaded into a fresh database; then autovacuum off on the claim's three tables, a wait (at most %s) until no other session (autovacuum worker) works in the database, then `CHECKPOINT` and `VACUUM (ANALYZE)` of each table until every page is all-visible (at most %d times, a second apart), and another `CHECKPOINT`, so the claims meet the same settled tables whatever ran in the cluster before; then the sizes take turns claim by claim: %d unmeasured claims each (one turn of the rotating start over the organizations), then the median of %d, each rolled back.\n\n",
 			quietWait, settleTries, fairClaimWarmup, len(fair[0].Samples))
 		p("| Rows | Median claim | Ratio to the smallest size | Target |\n|---|---|---|---|\n")
 		for _, f := range fair {
