@@ -84,15 +84,25 @@ const quietWait = 2 * time.Minute
 // settle brings freshly loaded tables to the state every measured claim
 // should meet, however busy the cluster was before (in make bench the claim
 // scaling has just loaded, cloned and dropped three 1M-row databases):
-// autovacuum off on each table; no other session left in the database (an
-// autovacuum worker's snapshot would keep VACUUM from marking the loaded
-// pages all-visible); then CHECKPOINT and VACUUM (ANALYZE) of each table
-// until VACUUM has marked every page all-visible, at most settleTries
-// times a second apart (right after a load on a busy cluster VACUUM can leave pages not
-// all-visible, and the claim's index scans would then visit the heap); a
-// CHECKPOINT to write what VACUUM dirtied; quiet again. It logs each
-// table's pages and all-visible pages, and warns when some are left.
+// every page all-visible, so that the claim's index-only scans do not visit
+// the heap, and nothing else running in the database.
+//
+// The test cluster runs with synchronous_commit off, and PostgreSQL sets
+// the commit hint bit of a row (VACUUM marks a page all-visible only when
+// every row on it has it) only once the WAL is flushed up to the newest
+// commit among the 32 transactions sharing the row's CLOG slot. An
+// asynchronous commit right before VACUUM, such as the ANALYZE of the
+// previous table, is enough to leave every page of a table not
+// all-visible. So settle commits synchronously, switches autovacuum off on
+// each table, waits until no other session (autovacuum worker) works in the
+// database, and then runs CHECKPOINT and VACUUM of every table, then
+// ANALYZE, until every page is all-visible (at most settleTries times, a
+// second apart); a last CHECKPOINT writes what VACUUM dirtied. It warns
+// when pages are left not all-visible.
 func settle(ctx context.Context, log *slog.Logger, conn *pgx.Conn, tables []string) error {
+	if _, err := conn.Exec(ctx, "set synchronous_commit = on"); err != nil {
+		return fmt.Errorf("switching synchronous commit on: %w", err)
+	}
 	for _, t := range tables {
 		if _, err := conn.Exec(ctx, "alter table "+pgx.Identifier{t}.Sanitize()+" set (autovacuum_enabled = false)"); err != nil {
 			return fmt.Errorf("switching autovacuum off on %s: %w", t, err)
@@ -105,9 +115,11 @@ func settle(ctx context.Context, log *slog.Logger, conn *pgx.Conn, tables []stri
 		if _, err := conn.Exec(ctx, "checkpoint"); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
-		for _, t := range tables {
-			if _, err := conn.Exec(ctx, "vacuum (analyze) "+pgx.Identifier{t}.Sanitize()); err != nil {
-				return fmt.Errorf("vacuuming %s: %w", t, err)
+		for _, cmd := range []string{"vacuum", "analyze"} {
+			for _, t := range tables {
+				if _, err := conn.Exec(ctx, cmd+" "+pgx.Identifier{t}.Sanitize()); err != nil {
+					return fmt.Errorf("%s %s: %w", cmd, t, err)
+				}
 			}
 		}
 		left, err := notAllVisible(ctx, conn, tables)
@@ -374,7 +386,7 @@ func overloadMarkdown(runs []overloadRun, fair []fairClaimSize) string {
 		p("\n## Fair, capped claim\n\n")
 		p("Claim of %d with organizations interleaved, DISPATCH_MAX_IN_FLIGHT 5,000 (%d leased), CONNECTION_MAX_IN_FLIGHT 10, %d open circuits; %d due rows across %d organizations.\n\n",
 			claimLimit, fairClaimInFlight, fairClaimOpen, fairClaimDue, fairClaimOrgs)
-		p("Each size is loaded into a fresh database; then autovacuum off on the claim's three tables, a wait (at most %s) until no other session (autovacuum worker) works in the database, then `CHECKPOINT` and `VACUUM (ANALYZE)` of each table until every page is all-visible (at most %d times, a second apart), and another `CHECKPOINT`, so the claims meet the same settled tables whatever ran in the cluster before; then the sizes take turns claim by claim: %d unmeasured claims each (one turn of the rotating start over the organizations), then the median of %d, each rolled back.\n\n",
+		p("Each size is loaded into a fresh database; then autovacuum off on the claim's three tables, a wait (at most %s) until no other session (autovacuum worker) works in the database, then, committing synchronously (the cluster runs with `synchronous_commit=off`, and an unflushed asynchronous commit such as an `ANALYZE` keeps `VACUUM` from marking pages all-visible), `CHECKPOINT`, `VACUUM` and `ANALYZE` of each table until every page is all-visible (at most %d times, a second apart), and another `CHECKPOINT`, so the claims meet the same settled tables whatever ran in the cluster before; then the sizes take turns claim by claim: %d unmeasured claims each (one turn of the rotating start over the organizations), then the median of %d, each rolled back.\n\n",
 			quietWait, settleTries, fairClaimWarmup, len(fair[0].Samples))
 		p("| Rows | Median claim | Ratio to the smallest size | Target |\n|---|---|---|---|\n")
 		for _, f := range fair {
