@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -32,7 +33,7 @@ const (
 // (one connection each): fairClaimDue due rows spread evenly (3 in 4
 // queued, 1 in 4 failed with a past next_attempt_at), fairClaimInFlight
 // leased, the rest completed; fairClaimOpen connections with an open
-// circuit. Then VACUUM (ANALYZE) and autovacuum off, as loadOutbox does.
+// circuit. settle then prepares the tables for the measurement.
 func loadFairOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
 	every := rows / fairClaimDue
 	lease := rows / fairClaimInFlight
@@ -64,10 +65,6 @@ func loadFairOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
 		      opened_count, open_until, opened_at)
 		  select id, organization_id, 5, 1, now() + interval '1 hour', now()
 		  from integration_connections order by id limit $1`, []any{fairClaimOpen}},
-		{`vacuum (analyze) integration_connections`, nil},
-		{`vacuum (analyze) integration_outbox_connection_health`, nil},
-		{`vacuum (analyze) external_integration_outbox`, nil},
-		{`alter table external_integration_outbox set (autovacuum_enabled = false)`, nil},
 	}
 	for _, s := range stmts {
 		if _, err := conn.Exec(ctx, s.sql, s.args...); err != nil {
@@ -77,48 +74,213 @@ func loadFairOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
 	return nil
 }
 
+// fairClaimTables are the tables the fair claim reads.
+var fairClaimTables = []string{"integration_connections", "integration_outbox_connection_health", "external_integration_outbox"}
+
+// quietWait bounds how long settle waits for the database's other sessions
+// (autovacuum workers) to finish.
+const quietWait = 2 * time.Minute
+
+// settle brings freshly loaded tables to the state every measured claim
+// should meet, however busy the cluster was before (in make bench the claim
+// scaling has just loaded, cloned and dropped three 1M-row databases):
+// every page all-visible, so that the claim's index-only scans do not visit
+// the heap, and nothing else running in the database.
+//
+// The test cluster runs with synchronous_commit off, and PostgreSQL sets
+// the commit hint bit of a row (VACUUM marks a page all-visible only when
+// every row on it has it) only once the WAL is flushed up to the newest
+// commit among the 32 transactions sharing the row's CLOG slot. An
+// asynchronous commit right before VACUUM, such as the ANALYZE of the
+// previous table, is enough to leave every page of a table not
+// all-visible. So settle commits synchronously, switches autovacuum off on
+// each table, waits until no other session (autovacuum worker) works in the
+// database, and then runs CHECKPOINT and VACUUM of every table, then
+// ANALYZE, until every page is all-visible (at most settleTries times, a
+// second apart); a last CHECKPOINT writes what VACUUM dirtied. It warns
+// when pages are left not all-visible.
+func settle(ctx context.Context, log *slog.Logger, conn *pgx.Conn, tables []string) error {
+	if _, err := conn.Exec(ctx, "set synchronous_commit = on"); err != nil {
+		return fmt.Errorf("switching synchronous commit on: %w", err)
+	}
+	for _, t := range tables {
+		if _, err := conn.Exec(ctx, "alter table "+pgx.Identifier{t}.Sanitize()+" set (autovacuum_enabled = false)"); err != nil {
+			return fmt.Errorf("switching autovacuum off on %s: %w", t, err)
+		}
+	}
+	for try := 1; ; try++ {
+		if err := waitQuiet(ctx, log, conn); err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, "checkpoint"); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		for _, cmd := range []string{"vacuum", "analyze"} {
+			for _, t := range tables {
+				if _, err := conn.Exec(ctx, cmd+" "+pgx.Identifier{t}.Sanitize()); err != nil {
+					return fmt.Errorf("%s %s: %w", cmd, t, err)
+				}
+			}
+		}
+		left, err := notAllVisible(ctx, conn, tables)
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			log.Info("tables settled", "vacuums", try)
+			break
+		}
+		if try == settleTries {
+			log.Warn("tables settled with pages not all-visible", "vacuums", try, "notAllVisible", left,
+				"xminHolders", xminHolders(ctx, conn))
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	if _, err := conn.Exec(ctx, "checkpoint"); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return waitQuiet(ctx, log, conn)
+}
+
+// settleTries bounds the VACUUM rounds of settle.
+const settleTries = 5
+
+// xminHolders describes what in the cluster holds back the horizon VACUUM
+// may clean up to (sessions with a snapshot or a transaction id, prepared
+// transactions, replication slots), for the warning of settle.
+func xminHolders(ctx context.Context, conn *pgx.Conn) []string {
+	rows, err := conn.Query(ctx, `
+		select format('%s pid %s in %s: xmin %s xid %s, %s', backend_type, pid, coalesce(datname, '-'),
+		    backend_xmin, backend_xid, left(query, 60))
+		from pg_stat_activity where pid <> pg_backend_pid() and (backend_xmin is not null or backend_xid is not null)
+		union all select format('prepared %s in %s', gid, database) from pg_prepared_xacts
+		union all select format('slot %s: xmin %s', slot_name, xmin) from pg_replication_slots`)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return []string{err.Error()}
+	}
+	return out
+}
+
+// notAllVisible lists the tables with pages VACUUM has not marked
+// all-visible, as "table: all-visible/pages".
+func notAllVisible(ctx context.Context, conn *pgx.Conn, tables []string) ([]string, error) {
+	var left []string
+	for _, t := range tables {
+		var pages, visible int64
+		if err := conn.QueryRow(ctx, `select relpages, relallvisible from pg_class where oid = $1::regclass`, t).Scan(&pages, &visible); err != nil {
+			return nil, fmt.Errorf("reading the visibility of %s: %w", t, err)
+		}
+		if visible < pages {
+			left = append(left, fmt.Sprintf("%s: %d/%d", t, visible, pages))
+		}
+	}
+	return left, nil
+}
+
+// waitQuiet polls until no other session of the cluster works in conn's
+// database (autovacuum workers included) and no vacuum is in progress
+// there, for at most quietWait; past that it logs what still runs and goes
+// on.
+func waitQuiet(ctx context.Context, log *slog.Logger, conn *pgx.Conn) error {
+	deadline := time.Now().Add(quietWait)
+	for {
+		rows, err := conn.Query(ctx, `
+			select backend_type || coalesce(': ' || left(query, 80), '') from pg_stat_activity
+			where datname = current_database() and pid <> pg_backend_pid()
+			union all
+			select 'vacuum of ' || relid::regclass::text from pg_stat_progress_vacuum
+			where datname = current_database() and pid <> pg_backend_pid()`)
+		var busy []string
+		if err == nil {
+			busy, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			return fmt.Errorf("reading the database's sessions: %w", err)
+		}
+		if len(busy) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			log.Warn("database not quiet, measuring anyway", "waited", quietWait, "sessions", busy)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// fairClaimWarmup is the unmeasured claims at each size: one whole turn of
+// the rotating start over the organizations, so that every organization's
+// index pages have been read once before the clock runs.
+const fairClaimWarmup = fairClaimOrgs / claimLimit
+
 // measureFairClaims measures the claim of 50 with every limit on
 // (DISPATCH_MAX_IN_FLIGHT 5,000 with 500 in flight, CONNECTION_MAX_IN_FLIGHT
 // 10, 50 open circuits, organizations interleaved from a rotating start) at
-// each size, each claim in a rolled-back transaction.
+// each size, each claim in a rolled-back transaction. Every size is loaded
+// and settled first; then the sizes take turns claim by claim, as the
+// variants of the claim scaling do, so drift on a noisy machine hits them
+// alike.
 func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []int, runs int) ([]fairClaimSize, error) {
-	var out []fairClaimSize
+	conns := make([]*pgx.Conn, 0, len(sizes))
+	defer func() {
+		for _, c := range conns {
+			url := c.Config().ConnString()
+			c.Close(context.WithoutCancel(ctx))
+			if err := env.dropDatabase(context.WithoutCancel(ctx), url); err != nil {
+				log.Warn("dropping a fair-claim database", "error", err.Error())
+			}
+		}
+	}()
 	for _, rows := range sizes {
 		url, err := env.pg.MigratedDatabase(ctx)
 		if err != nil {
-			return out, err
+			return nil, err
 		}
-		res := fairClaimSize{Rows: rows, Due: fairClaimDue, Orgs: fairClaimOrgs}
-		err = func() error {
-			conn, err := pgx.Connect(ctx, url)
-			if err != nil {
-				return err
-			}
-			defer conn.Close(context.WithoutCancel(ctx))
-			if err := loadFairOutbox(ctx, conn, rows); err != nil {
-				return err
-			}
-			after := "00000000-0000-0000-0000-000000000000"
-			for round := range claimWarmup + runs {
-				d, next, err := fairClaimOnce(ctx, conn, after)
-				if err != nil {
-					return fmt.Errorf("%d rows: %w", rows, err)
-				}
-				after = next
-				if round >= claimWarmup {
-					res.Samples = append(res.Samples, d)
-				}
-			}
-			return nil
-		}()
-		if derr := env.dropDatabase(ctx, url); derr != nil && err == nil {
-			err = derr
-		}
+		conn, err := pgx.Connect(ctx, url)
 		if err != nil {
-			return out, err
+			return nil, errors.Join(err, env.dropDatabase(ctx, url))
 		}
-		log.Info("fair claims measured", "rows", rows, "median", res.median())
-		out = append(out, res)
+		conns = append(conns, conn)
+		if err := loadFairOutbox(ctx, conn, rows); err != nil {
+			return nil, err
+		}
+		if err := settle(ctx, log, conn, fairClaimTables); err != nil {
+			return nil, fmt.Errorf("%d rows: %w", rows, err)
+		}
+	}
+	out := make([]fairClaimSize, len(sizes))
+	after := make([]string, len(sizes))
+	for i, rows := range sizes {
+		out[i] = fairClaimSize{Rows: rows, Due: fairClaimDue, Orgs: fairClaimOrgs}
+		after[i] = "00000000-0000-0000-0000-000000000000"
+	}
+	for round := range fairClaimWarmup + runs {
+		for i, conn := range conns {
+			d, next, err := fairClaimOnce(ctx, conn, after[i])
+			if err != nil {
+				return nil, fmt.Errorf("%d rows: %w", sizes[i], err)
+			}
+			after[i] = next
+			if round >= fairClaimWarmup {
+				out[i].Samples = append(out[i].Samples, d)
+			}
+		}
+	}
+	for _, f := range out {
+		log.Info("fair claims measured", "rows", f.Rows, "median", f.median())
 	}
 	return out, nil
 }
@@ -224,6 +386,8 @@ func overloadMarkdown(runs []overloadRun, fair []fairClaimSize) string {
 		p("\n## Fair, capped claim\n\n")
 		p("Claim of %d with organizations interleaved, DISPATCH_MAX_IN_FLIGHT 5,000 (%d leased), CONNECTION_MAX_IN_FLIGHT 10, %d open circuits; %d due rows across %d organizations.\n\n",
 			claimLimit, fairClaimInFlight, fairClaimOpen, fairClaimDue, fairClaimOrgs)
+		p("Each size is loaded into a fresh database; then autovacuum off on the claim's three tables, a wait (at most %s) until no other session (autovacuum worker) works in the database, then, committing synchronously (the cluster runs with `synchronous_commit=off`, and an unflushed asynchronous commit such as an `ANALYZE` keeps `VACUUM` from marking pages all-visible), `CHECKPOINT`, `VACUUM` and `ANALYZE` of each table until every page is all-visible (at most %d times, a second apart), and another `CHECKPOINT`, so the claims meet the same settled tables whatever ran in the cluster before; then the sizes take turns claim by claim: %d unmeasured claims each (one turn of the rotating start over the organizations), then the median of %d, each rolled back.\n\n",
+			quietWait, settleTries, fairClaimWarmup, len(fair[0].Samples))
 		p("| Rows | Median claim | Ratio to the smallest size | Target |\n|---|---|---|---|\n")
 		for _, f := range fair {
 			p("| %s | %s | %s | ≤ 1.50× |\n", rows(f.Rows), ms(f.median()), x(float64(f.median())/float64(fair[0].median())))

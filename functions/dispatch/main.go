@@ -3,27 +3,13 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"integration-outbox/internal/app"
 	"integration-outbox/internal/config"
 )
 
 func main() {
-	ctx := context.Background()
-	a, err := app.New(ctx, os.Getenv, os.Stdout, config.NeedQueue)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dispatch: start-up failed:", err)
-		os.Exit(1)
-	}
-	d, err := a.Dispatcher(a.SQS())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dispatch: start-up failed:", err)
-		os.Exit(1)
-	}
-	lambda.Start(d.Handle)
+	app.Start("dispatch", config.NeedQueue, func(a *app.App) (any, error) {
+		d, err := a.Dispatcher(a.SQS())
+		return d.Handle, err
+	})
 }

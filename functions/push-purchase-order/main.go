@@ -2,27 +2,11 @@
 // orders to their providers.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-
-	"github.com/aws/aws-lambda-go/lambda"
-
-	"integration-outbox/internal/app"
-)
+import "integration-outbox/internal/app"
 
 func main() {
-	ctx := context.Background()
-	a, err := app.New(ctx, os.Getenv, os.Stdout, 0)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "push-purchase-order: start-up failed:", err)
-		os.Exit(1)
-	}
-	w, err := a.PushWorker()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "push-purchase-order: start-up failed:", err)
-		os.Exit(1)
-	}
-	lambda.Start(w.Handle)
+	app.Start("push-purchase-order", 0, func(a *app.App) (any, error) {
+		w, err := a.PushWorker()
+		return w.Handle, err
+	})
 }

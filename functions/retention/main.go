@@ -4,26 +4,11 @@
 // nothing.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-
-	"github.com/aws/aws-lambda-go/lambda"
-
-	"integration-outbox/internal/app"
-)
+import "integration-outbox/internal/app"
 
 func main() {
-	a, err := app.New(context.Background(), os.Getenv, os.Stdout, 0)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "retention: start-up failed:", err)
-		os.Exit(1)
-	}
-	s, err := a.Sweeper()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "retention: start-up failed:", err)
-		os.Exit(1)
-	}
-	lambda.Start(s.Handle)
+	app.Start("retention", 0, func(a *app.App) (any, error) {
+		s, err := a.Sweeper()
+		return s.Handle, err
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"integration-outbox/internal/metrics"
+	"integration-outbox/internal/metrics/metricstest"
 )
 
 // metricRef is a metric an alarm or a dashboard widget names: its
@@ -205,7 +206,7 @@ func emitted(t *testing.T) []emfLine {
 	out := []byte(p.out.String())
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if strings.Contains(l, `"_aws"`) {
-			if err := metrics.Validate([]byte(l)); err != nil {
+			if err := metricstest.Validate([]byte(l)); err != nil {
 				t.Errorf("invalid EMF %v: %s", err, l)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"integration-outbox/internal/dispatch"
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/metrics"
+	"integration-outbox/internal/metrics/metricstest"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/testenv"
 )
@@ -244,7 +245,7 @@ func TestRunEmitsOneValidEMFLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	line := bytes.TrimSpace(buf.Bytes())
-	if err := metrics.Validate(line); err != nil || bytes.Count(line, []byte("\n")) != 0 {
+	if err := metricstest.Validate(line); err != nil || bytes.Count(line, []byte("\n")) != 0 {
 		t.Fatalf("EMF %s: %v", line, err)
 	}
 	var doc map[string]any

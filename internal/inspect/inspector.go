@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"integration-outbox/internal/logging"
+	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/report"
 )
 
@@ -97,12 +98,7 @@ func (i *Inspector) Run(ctx context.Context, req Request) (Response, error) {
 // may write (it is the one the other functions use), so read-only is
 // enforced by PostgreSQL here, not by IAM.
 func (i *Inspector) readOnly(ctx context.Context, fn func(pgx.Tx) error) error {
-	tx, err := i.db.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return fmt.Errorf("beginning a read-only transaction: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	return fn(tx)
+	return pgtx.Do(ctx, i.db, pgx.TxOptions{AccessMode: pgx.ReadOnly}, fn)
 }
 
 // rowObject renders the row's columns as one JSON object in table order.

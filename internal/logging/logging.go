@@ -42,7 +42,7 @@ func ForRequest(ctx context.Context, log *slog.Logger) *slog.Logger {
 	if lc, ok := lambdacontext.FromContext(ctx); ok && lc.AwsRequestID != "" {
 		attrs = append(attrs, "requestId", lc.AwsRequestID)
 	}
-	if id := TraceID(ctx); id != "" {
+	if id := traceID(ctx); id != "" {
 		attrs = append(attrs, "traceId", id)
 	}
 	if len(attrs) == 0 {
@@ -51,10 +51,10 @@ func ForRequest(ctx context.Context, log *slog.Logger) *slog.Logger {
 	return log.With(attrs...)
 }
 
-// TraceID is the X-Ray trace header of the invocation ctx belongs to
+// traceID is the X-Ray trace header of the invocation ctx belongs to
 // ("Root=1-…;Parent=…;Sampled=…"), or "" outside Lambda. The context value
 // is per invocation; the environment variable is the runtime's fallback.
-func TraceID(ctx context.Context) string {
+func traceID(ctx context.Context) string {
 	if id, ok := ctx.Value(traceIDKey).(string); ok && id != "" {
 		return id
 	}

@@ -51,7 +51,7 @@ func TestLinesCarryWhatLambdaFiltersOn(t *testing.T) {
 
 // A job's lines carry the invocation's request id and X-Ray trace header,
 // taken from the context aws-lambda-go builds per invocation.
-func TestRequestLoggerCarriesRequestAndTraceIDs(t *testing.T) {
+func TestRequestLoggerCarriesRequestAndtraceIDs(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
 	base := New(&buf, slog.LevelInfo)
@@ -68,7 +68,7 @@ func TestRequestLoggerCarriesRequestAndTraceIDs(t *testing.T) {
 	if _, ok := got[1]["traceId"]; ok {
 		t.Errorf("line outside an invocation has a traceId: %v", got[1])
 	}
-	if TraceID(ctx) != trace {
-		t.Errorf("TraceID = %q", TraceID(ctx))
+	if traceID(ctx) != trace {
+		t.Errorf("traceID = %q", traceID(ctx))
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"integration-outbox/internal/metrics/metricstest"
 )
 
 func TestEmitWritesValidEMF(t *testing.T) {
@@ -34,7 +36,7 @@ func TestEmitWritesValidEMF(t *testing.T) {
 		t.Fatalf("%d lines, want 3:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 	for _, l := range lines {
-		if err := Validate([]byte(l)); err != nil {
+		if err := metricstest.Validate([]byte(l)); err != nil {
 			t.Errorf("invalid EMF %s: %v", l, err)
 		}
 	}
@@ -49,21 +51,6 @@ func TestEmitWritesValidEMF(t *testing.T) {
 	}
 	if !strings.Contains(lines[2], `"Dimensions":[["Function"]]`) || strings.Contains(lines[2], "Provider") {
 		t.Errorf("function-level line: %s", lines[2])
-	}
-}
-
-func TestValidatorRejectsBrokenShapes(t *testing.T) {
-	for _, bad := range []string{
-		`{"Function":"f","X":1}`,
-		`{"_aws":{"CloudWatchMetrics":[{"Namespace":"n","Dimensions":[["Function"]],"Metrics":[{"Name":"X"}]}]},"Function":"f","X":1}`,
-		`{"_aws":{"Timestamp":1,"CloudWatchMetrics":[{"Namespace":"n","Dimensions":[["Function"]],"Metrics":[{"Name":"X"}]}]},"X":1}`,
-		`{"_aws":{"Timestamp":1,"CloudWatchMetrics":[{"Namespace":"n","Dimensions":[["Function"]],"Metrics":[{"Name":"X"}]}]},"Function":"f"}`,
-		`{"_aws":{"Timestamp":1,"CloudWatchMetrics":[{"Dimensions":[["Function"]],"Metrics":[{"Name":"X"}]}]},"Function":"f","X":1}`,
-		`{"_aws":{"Timestamp":1,"CloudWatchMetrics":[{"Namespace":"n","Dimensions":[["Function"]],"Metrics":[{"Name":"X"}]}]},"Function":"f","X":"many"}`,
-	} {
-		if Validate([]byte(bad)) == nil {
-			t.Errorf("validator accepted %s", bad)
-		}
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/metrics"
+	"integration-outbox/internal/metrics/metricstest"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/purchaseorder"
@@ -522,7 +523,7 @@ func TestBatchEmitsValidEMFByProviderNeverByTenant(t *testing.T) {
 	}
 	var byProvider, fn map[string]any
 	for _, l := range lines {
-		if err := metrics.Validate([]byte(l)); err != nil {
+		if err := metricstest.Validate([]byte(l)); err != nil {
 			t.Errorf("invalid EMF: %v\n%s", err, l)
 		}
 		if strings.Contains(l, b.org) {

@@ -21,6 +21,7 @@ import (
 	"integration-outbox/internal/dispatch"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/strictjson"
 )
 
@@ -170,12 +171,21 @@ func (r *Rerunner) requeue(ctx context.Context, req Request) (res Result, st sta
 	if req.DryRun {
 		opts.AccessMode = pgx.ReadOnly
 	}
-	tx, err := r.db.BeginTx(ctx, opts)
+	err = pgtx.Do(ctx, r.db, opts, func(tx pgx.Tx) error {
+		var err error
+		res, st, err = r.requeueIn(ctx, tx, req)
+		return err
+	})
 	if err != nil {
-		return res, st, fmt.Errorf("rerun: beginning the transaction: %w", err)
+		return Result{}, stats{}, fmt.Errorf("rerun: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	return res, st, nil
+}
 
+// requeueIn does the rerun's work in tx: read (and lock) the candidates,
+// requeue the planned rows, resolve their conflicts and write the audit row.
+// A dry run stops after the reading.
+func (r *Rerunner) requeueIn(ctx context.Context, tx pgx.Tx, req Request) (res Result, st stats, err error) {
 	cands, err := r.candidates(ctx, tx, req)
 	if err != nil {
 		return res, st, err
@@ -189,11 +199,11 @@ func (r *Rerunner) requeue(ctx context.Context, req Request) (res Result, st sta
 
 	rows, err := tx.Query(ctx, requeueSQL, req.OrganizationID, plan, req.ResetAttempts, r.cfg.MaxAttempts)
 	if err != nil {
-		return res, st, fmt.Errorf("rerun: requeueing %d rows: %w", len(plan), err)
+		return res, st, fmt.Errorf("requeueing %d rows: %w", len(plan), err)
 	}
 	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return res, st, fmt.Errorf("rerun: requeueing %d rows: %w", len(plan), err)
+		return res, st, fmt.Errorf("requeueing %d rows: %w", len(plan), err)
 	}
 	requeued := make(map[string]bool, len(done))
 	for _, id := range done {
@@ -210,7 +220,7 @@ func (r *Rerunner) requeue(ctx context.Context, req Request) (res Result, st sta
 	if len(res.Requeued) > 0 {
 		tag, err := tx.Exec(ctx, resolveConflictsSQL, req.OrganizationID, res.Requeued, req.Reason)
 		if err != nil {
-			return res, st, fmt.Errorf("rerun: resolving conflicts: %w", err)
+			return res, st, fmt.Errorf("resolving conflicts: %w", err)
 		}
 		st.conflictsResolved = tag.RowsAffected()
 	}
@@ -221,14 +231,11 @@ func (r *Rerunner) requeue(ctx context.Context, req Request) (res Result, st sta
 	}
 	skippedDoc, err := json.Marshal(res.Skipped)
 	if err != nil {
-		return res, st, fmt.Errorf("rerun: encoding skipped rows: %w", err)
+		return res, st, fmt.Errorf("encoding skipped rows: %w", err)
 	}
 	if err := tx.QueryRow(ctx, insertAuditSQL, req.OrganizationID, nullable(req.RequestedBy), req.Reason, doc,
 		res.Requeued, skippedDoc, req.DispatchNow).Scan(&st.auditID); err != nil {
-		return res, st, fmt.Errorf("rerun: writing the audit row: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return res, st, fmt.Errorf("rerun: committing: %w", err)
+		return res, st, fmt.Errorf("writing the audit row: %w", err)
 	}
 	return res, st, nil
 }
@@ -252,7 +259,7 @@ func (r *Rerunner) candidates(ctx context.Context, tx pgx.Tx, req Request) ([]ca
 			nullable(f.ConnectionID), nullable(f.CommandType), nullableTime(f.CreatedAfter), nullableTime(f.CreatedBefore), req.Limit)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("rerun: selecting rows: %w", err)
+		return nil, fmt.Errorf("selecting rows: %w", err)
 	}
 	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
 		var c candidate
@@ -260,7 +267,7 @@ func (r *Rerunner) candidates(ctx context.Context, tx pgx.Tx, req Request) ([]ca
 		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("rerun: selecting rows: %w", err)
+		return nil, fmt.Errorf("selecting rows: %w", err)
 	}
 	return cands, nil
 }
@@ -319,13 +326,6 @@ func (r *Rerunner) skipReason(req Request, c candidate) string {
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
-}
-
-// IsPayloadError reports whether err is a rejected payload (it names the
-// field) rather than a failure to run the rerun.
-func IsPayloadError(err error) bool {
-	var fe *strictjson.FieldError
-	return errors.As(err, &fe)
 }
 
 func nullable(s string) *string {

@@ -11,6 +11,7 @@ import (
 
 	"integration-outbox/internal/dispatch"
 	"integration-outbox/internal/rerun"
+	"integration-outbox/internal/strictjson"
 	"integration-outbox/internal/testenv"
 )
 
@@ -424,7 +425,7 @@ func TestDispatchFailureAfterCommitKeepsTheRequeueAndSaysSo(t *testing.T) {
 	}
 	res, err := r.Handle(context.Background(), b.payload(t, map[string]any{"outboxIds": []string{id}, "dispatchNow": true}))
 	if err == nil || !strings.Contains(err.Error(), "rerun committed (1 rows requeued") ||
-		!strings.Contains(err.Error(), "sqs unavailable") || rerun.IsPayloadError(err) {
+		!strings.Contains(err.Error(), "sqs unavailable") || errors.As(err, new(*strictjson.FieldError)) {
 		t.Fatalf("error %v", err)
 	}
 	if !slices.Equal(res.Requeued, []string{id}) || b.f.Row(t, id).Status != "queued" || b.audits(t) != 1 {

@@ -17,6 +17,7 @@ import (
 
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/metrics"
+	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/strictjson"
 )
 
@@ -137,21 +138,18 @@ func (s *Sweeper) timeForABatch(ctx context.Context) bool {
 }
 
 // batch deletes one batch in its own short transaction.
-func (s *Sweeper) batch(ctx context.Context) (int, error) {
-	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{})
+func (s *Sweeper) batch(ctx context.Context) (n int, err error) {
+	err = pgtx.Do(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, batchTimeoutsSQL, millis(s.cfg.LockTimeout), millis(s.cfg.StatementTimeout)); err != nil {
+			return fmt.Errorf("setting the batch's timeouts: %w", err)
+		}
+		if err := tx.QueryRow(ctx, deleteBatchSQL, s.cfg.Age.Seconds(), s.cfg.BatchSize).Scan(&n); err != nil {
+			return fmt.Errorf("deleting a batch: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("retention: beginning a batch: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, batchTimeoutsSQL, millis(s.cfg.LockTimeout), millis(s.cfg.StatementTimeout)); err != nil {
-		return 0, fmt.Errorf("retention: setting the batch's timeouts: %w", err)
-	}
-	var n int
-	if err := tx.QueryRow(ctx, deleteBatchSQL, s.cfg.Age.Seconds(), s.cfg.BatchSize).Scan(&n); err != nil {
-		return 0, fmt.Errorf("retention: deleting a batch: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("retention: committing a batch: %w", err)
+		return 0, fmt.Errorf("retention: %w", err)
 	}
 	return n, nil
 }

@@ -1,4 +1,7 @@
-package metrics
+// Package metricstest checks the metric lines internal/metrics writes
+// against the CloudWatch Embedded Metric Format; tests use it, the functions
+// do not.
+package metricstest
 
 import (
 	"bytes"

@@ -1,0 +1,39 @@
+// Package pgtx runs a function in one PostgreSQL transaction.
+package pgtx
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Beginner opens transactions (a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx
+// for a savepoint).
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// Do begins a transaction with opts, runs fn in it and commits when fn
+// returns nil. When fn fails (or panics) the transaction is rolled back and
+// fn's error is returned as it is.
+//
+// It is pgx.BeginTxFunc with two differences (River's dbutil.WithTx does
+// the same): the rollback runs on context.WithoutCancel(ctx), so a
+// transaction whose ctx has expired still ends at once instead of leaving
+// its connection to be closed, and a failed rollback never replaces fn's
+// error. Begin and commit errors say which of the two failed.
+func Do(ctx context.Context, db Beginner, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("beginning the transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}
