@@ -47,7 +47,8 @@ type Command interface {
 	// provider without it leaves the row unsupported.
 	Supports(p provider.Provider) bool
 	// Load loads what the started jobs need beyond their row and
-	// connection, with one statement for the whole batch, and returns one
+	// connection (every job it gets is of its Type and has a connection),
+	// with one statement for the whole batch, and returns one
 	// Delivery per job, in order. An error is the database's: the jobs are
 	// retried later.
 	Load(ctx context.Context, jobs []outbox.Job) ([]Delivery, error)
