@@ -116,13 +116,21 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 	if sender == nil {
 		return nil, fmt.Errorf("%s: no SQS sender", function)
 	}
-	return dispatch.New(outbox.NewStore(a.Pool), sender, dispatch.Config{
+	return dispatch.New(a.outboxStore(), sender, dispatch.Config{
 		Routes: a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
 		MaxAttempts: a.Config.MaxAttempts, Lease: a.Config.Lease, Logger: a.Logger,
 		MaxInFlight: a.Config.DispatchMaxInFlight, ConnectionMaxInFlight: a.Config.ConnectionMaxInFlight,
 		RoomWait: DispatchRoomWait,
 		Metrics:  metrics.NewEmitter(a.Out, function),
 	})
+}
+
+// outboxStore is the outbox store of every function that claims or
+// records: one circuit breaker setting for both (CIRCUIT_FAILURE_THRESHOLD 0:
+// no circuit state is read or written).
+func (a *App) outboxStore() *outbox.Store {
+	return outbox.NewStore(a.Pool).WithCircuit(outbox.Circuit{
+		FailureThreshold: a.Config.CircuitFailureThreshold, Cooldown: a.Config.CircuitCooldown})
 }
 
 // Providers builds the provider registry. The sandbox is in it only with
@@ -163,8 +171,7 @@ func (a *App) PushWorker() (*push.Worker, error) {
 // PushWorkerWith builds the push_purchase_order handler on another
 // credential resolver (the benchmarks count its lookups).
 func (a *App) PushWorkerWith(creds push.Credentials) (*push.Worker, error) {
-	store := outbox.NewStore(a.Pool).WithCircuit(outbox.Circuit{
-		FailureThreshold: a.Config.CircuitFailureThreshold, Cooldown: a.Config.CircuitCooldown})
+	store := a.outboxStore()
 	return push.New(store, creds, purchaseorder.NewCommand(a.Pool), push.Config{
 		Providers: a.Providers(), Concurrency: a.Config.PushConcurrency, MaxAttempts: a.Config.MaxAttempts,
 		ProviderTimeout: a.Config.ProviderTimeout, Logger: a.Logger,

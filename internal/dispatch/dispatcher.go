@@ -247,13 +247,29 @@ func (d *Dispatcher) dispatchBatch(ctx context.Context, log *slog.Logger, claims
 			unrouted = append(unrouted, c)
 		}
 	}
+	// A failed end of the rows nothing can deliver stops the run, and puts
+	// back every row of the batch not ended yet: none may wait out its lease.
+	releaseRest := func(cause error, rest ...[]outbox.Claim) error {
+		var back []outbox.Claim
+		for _, cs := range rest {
+			back = append(back, cs...)
+		}
+		for _, cs := range byQueue {
+			back = append(back, cs...)
+		}
+		released, err := d.store.Release(context.WithoutCancel(ctx), back)
+		s.Released += released
+		log.ErrorContext(ctx, "could not end the batch's undeliverable rows; the rest of the batch released",
+			"released", released, "error", cause.Error())
+		return errors.Join(cause, err)
+	}
 	if len(unconnected) > 0 {
 		// No worker can start a command without a connection (its message
 		// would be refused as malformed and the row wait out its leases):
 		// it ends here, without an attempt.
 		n, err := d.store.DeadLetterNoConnection(ctx, unconnected)
 		if err != nil {
-			return true, err
+			return true, releaseRest(err, unconnected, unrouted)
 		}
 		run.noConnection += n
 		for _, c := range unconnected {
@@ -264,7 +280,7 @@ func (d *Dispatcher) dispatchBatch(ctx context.Context, log *slog.Logger, claims
 	if len(unrouted) > 0 {
 		n, err := d.store.MarkUnsupported(ctx, unrouted, "unsupported command type: no queue routes it")
 		if err != nil {
-			return true, err
+			return true, releaseRest(err, unrouted)
 		}
 		s.Unsupported += n
 		for _, c := range unrouted {

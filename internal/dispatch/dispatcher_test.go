@@ -62,9 +62,11 @@ func (b bundle) commands(t *testing.T, n int, opts testenv.CommandOpts) []string
 	t.Helper()
 	opts.OrganizationID = b.org
 	opts.ConnectionID = b.conn
-	opts.EntityID = b.po
 	var ids []string
 	for range n {
+		// Each command its own entity, so that per-entity order does not
+		// hold any back (dispatch never loads the entity).
+		opts.EntityID = b.f.NewID(t)
 		ids = append(ids, b.f.Command(t, opts))
 	}
 	return ids

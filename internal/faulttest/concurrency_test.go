@@ -157,15 +157,32 @@ func runLoad(t *testing.T, l load) {
 		pos = append(pos, e.f.PurchaseOrder(t, org, "", 2))
 		kindOf[org] = kind
 	}
+	// Each command is for a purchase order of its own (a copy of its
+	// organization's, lines included), as a back office's stream of orders
+	// is: per-entity order holds none of them back.
 	if _, err := e.f.Pool.Exec(ctx, `
+		with rows as (
+			select g, c.org, c.conn, c.po, gen_random_uuid() as entity
+			from generate_series(1, $1) g
+			join unnest($2::uuid[], $3::uuid[], $4::uuid[]) with ordinality as c(org, conn, po, n)
+				on c.n = g % $5 + 1
+		), orders as (
+			insert into purchase_orders (id, organization_id, location_id, order_number, status, currency_code)
+			select r.entity, p.organization_id, p.location_id, p.order_number || '-' || r.g, p.status, p.currency_code
+			from rows r join purchase_orders p on p.id = r.po
+		), lines as (
+			insert into purchase_order_lines (purchase_order_id, stock_item_id, ordered_quantity, purchase_unit_code,
+				normalized_unit_code, units_per_purchase_unit_snapshot, unit_price_minor_snapshot, created_at)
+			select r.entity, l.stock_item_id, l.ordered_quantity, l.purchase_unit_code, l.normalized_unit_code,
+				l.units_per_purchase_unit_snapshot, l.unit_price_minor_snapshot, l.created_at
+			from rows r join purchase_order_lines l on l.purchase_order_id = r.po
+		)
 		insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
 			local_entity_type, local_entity_id, payload_json, idempotency_key, created_at)
-		select c.org, c.conn, 'sandbox', 'push_purchase_order', 'purchase_order', c.po,
-			jsonb_build_object('externalSupplierId', 'SUP-' || g), 'load-' || g,
-			now() - make_interval(secs => ($1 - g) / 1000.0)
-		from generate_series(1, $1) g
-		join unnest($2::uuid[], $3::uuid[], $4::uuid[]) with ordinality as c(org, conn, po, n)
-			on c.n = g % $5 + 1`, l.rows, orgIDs, conns, pos, l.orgs); err != nil {
+		select r.org, r.conn, 'sandbox', 'push_purchase_order', 'purchase_order', r.entity,
+			jsonb_build_object('externalSupplierId', 'SUP-' || r.g), 'load-' || r.g,
+			now() - make_interval(secs => ($1 - r.g) / 1000.0)
+		from rows r`, l.rows, orgIDs, conns, pos, l.orgs); err != nil {
 		t.Fatal(err)
 	}
 

@@ -29,10 +29,9 @@ func TestSameMessageTwiceAtOnceAndAfterCompletion(t *testing.T) {
 	org := e.f.NewID(t)
 	// The provider takes 300ms, so the concurrent deliveries overlap.
 	conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Config: map[string]any{"latencyMs": 300}})
-	po := e.f.PurchaseOrder(t, org, "", 1)
 	const n = 7
 	for range n {
-		e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po})
+		e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 	}
 	if s, err := e.dispatcher(t, client, 15*time.Minute, 50).Run(context.Background(), dispatch.Request{}); err != nil || s.Dispatched != n {
 		t.Fatalf("dispatch: %+v %v", s, err)

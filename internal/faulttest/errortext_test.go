@@ -59,18 +59,17 @@ func TestProviderErrorTextsAreStoredSafely(t *testing.T) {
 			http.Redirect(w, r, "http://"+signing+".example/?t="+token, http.StatusFound)
 		},
 	}
-	po := e.f.PurchaseOrder(t, org, "", 1)
 	what := map[string]string{}
 	receivers := map[string]*testenv.Receiver{}
 	for name, h := range answers {
 		rc := testenv.NewReceiver(t, h)
 		conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook", CredentialReference: ref,
 			Config: map[string]string{"url": rc.URL}})
-		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook", EntityID: po})
+		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook", EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 		what[id], receivers[name] = name, rc
 	}
 	echoConn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "echo", CredentialReference: ref})
-	echo := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: echoConn, Provider: "echo", EntityID: po})
+	echo := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: echoConn, Provider: "echo", EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 	what[echo] = "careless provider"
 
 	e.dispatch(t, 15*time.Minute)

@@ -46,7 +46,6 @@ func TestBadPayloadOrConfigEndsInItsConflictWithoutACall(t *testing.T) {
 	e := newEnv(t)
 	rc := testenv.NewReceiver(t, testenv.Reply(200, `{}`))
 	org := e.f.NewID(t)
-	po := e.f.PurchaseOrder(t, org, "", 1)
 	good := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
 		Config: map[string]string{"url": rc.URL}})
 	want := map[string]expectRow{}
@@ -71,7 +70,7 @@ func TestBadPayloadOrConfigEndsInItsConflictWithoutACall(t *testing.T) {
 		{`null`, "payload_json: must be a JSON object"},
 	} {
 		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: good, Provider: "webhook",
-			EntityID: po, Payload: json.RawMessage(p.payload)})
+			EntityID: e.f.PurchaseOrder(t, org, "", 1), Payload: json.RawMessage(p.payload)})
 		want[id] = expectRow{"dead_letter", "payload_invalid", p.err}
 		what[id] = "payload_json " + p.payload
 	}
@@ -94,7 +93,7 @@ func TestBadPayloadOrConfigEndsInItsConflictWithoutACall(t *testing.T) {
 	} {
 		conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: c.provider,
 			Config: json.RawMessage(c.config)})
-		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: c.provider, EntityID: po})
+		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: c.provider, EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 		want[id] = expectRow{"dead_letter", "configuration_invalid", c.err}
 		what[id] = c.provider + " config_json " + c.config
 	}
@@ -179,13 +178,12 @@ func TestNonPublicWebhookTargetsAreRefusedBeforeConnecting(t *testing.T) {
 		{"https://mixed.hostile.test/hook", "10.0.0.1"}, // every address refused; the first is named
 	}
 	org := e.f.NewID(t)
-	po := e.f.PurchaseOrder(t, org, "", 1)
 	want := map[string]expectRow{}
 	what := map[string]string{}
 	for _, tg := range targets {
 		conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
 			Config: map[string]string{"url": tg.url}})
-		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook", EntityID: po})
+		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook", EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 		want[id] = expectRow{"dead_letter", "configuration_invalid", "non-public address (" + tg.addr + "), refused"}
 		what[id] = tg.url
 	}
@@ -209,7 +207,6 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 	e := newEnv(t)
 	target := testenv.NewReceiver(t, testenv.Reply(200, `{"id":"followed"}`))
 	org := e.f.NewID(t)
-	po := e.f.PurchaseOrder(t, org, "", 1)
 	want := map[string]expectRow{}
 	what := map[string]string{}
 	for _, status := range []int{301, 302, 303, 307, 308} {
@@ -218,7 +215,7 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 		})
 		conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
 			Config: map[string]string{"url": rc.URL}})
-		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook", EntityID: po})
+		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook", EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 		want[id] = expectRow{"dead_letter", "provider_rejected", fmt.Sprintf("webhook answered %d: redirect not followed", status)}
 		what[id] = fmt.Sprint("redirect ", status)
 	}
@@ -276,7 +273,6 @@ func TestCredentialReferencesOutsideTheTenantAreRefused(t *testing.T) {
 	}
 	rc := testenv.NewReceiver(t, testenv.Reply(200, `{}`))
 	org, other := e.f.NewID(t), e.f.NewID(t)
-	po := e.f.PurchaseOrder(t, org, "", 1)
 
 	foreignToken := "foreign-" + rand32()
 	malformed := `{"token":"half-` + rand32() + `"`
@@ -306,7 +302,7 @@ func TestCredentialReferencesOutsideTheTenantAreRefused(t *testing.T) {
 	for _, c := range cases {
 		conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
 			CredentialReference: c.ref, Config: map[string]string{"url": rc.URL}})
-		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook", EntityID: po})
+		id := e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook", EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 		want[id] = expectRow{"dead_letter", "credential_rejected", c.err}
 		what[id] = c.why
 	}

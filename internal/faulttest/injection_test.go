@@ -80,16 +80,16 @@ func TestSQLInjectionInEveryStringFieldIsData(t *testing.T) {
 
 		bad := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook",
 			CredentialReference: "integrations/" + inj, Config: map[string]string{"url": rc.URL}})
-		id = e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: bad, Provider: "webhook", EntityID: po})
+		id = e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: bad, Provider: "webhook", EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 		refused[id] = expectRow{"dead_letter", "credential_rejected", "credential_reference"}
 		what[id] = "credential_reference " + inj
 
 		other := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: inj})
-		id = e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: other, Provider: inj, EntityID: po})
+		id = e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: other, Provider: inj, EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 		refused[id] = expectRow{"unsupported", "", "is not supported"}
 		what[id] = "provider " + inj
 
-		id = e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, CommandType: inj, EntityID: po})
+		id = e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, CommandType: inj, EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 		refused[id] = expectRow{"unsupported", "", "unsupported command type"}
 		what[id] = "command_type " + inj
 	}

@@ -98,9 +98,8 @@ func TestPostgresRestartMidBatch(t *testing.T) {
 	for i := range 3 {
 		org := f.NewID(t)
 		conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org})
-		po := f.PurchaseOrder(t, org, "", 1)
 		for j := range 10 {
-			ids = append(ids, f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po,
+			ids = append(ids, f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: f.PurchaseOrder(t, org, "", 1),
 				CreatedAt: time.Now().Add(time.Duration(10*i+j-100) * time.Second)}))
 		}
 	}

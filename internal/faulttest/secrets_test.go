@@ -65,9 +65,8 @@ func TestSecretsManagerUnavailable(t *testing.T) {
 	rc := testenv.NewReceiver(t, testenv.Reply(200, `{"id":"EXT"}`))
 	conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "webhook", CredentialReference: ref,
 		Config: map[string]string{"url": rc.URL}})
-	po := e.f.PurchaseOrder(t, org, "", 1)
 	command := func() string {
-		return e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook", EntityID: po})
+		return e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "webhook", EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 	}
 
 	// Up: a job completes with the credential.

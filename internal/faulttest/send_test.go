@@ -39,9 +39,8 @@ func TestSendsThatAreNotConfirmedPutTheRowsBack(t *testing.T) {
 	e := newEnv(t)
 	org := e.f.NewID(t)
 	conn := e.f.Connection(t, testenv.ConnectionOpts{OrganizationID: org})
-	po := e.f.PurchaseOrder(t, org, "", 1)
 	for range 25 {
-		e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po})
+		e.f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: e.f.PurchaseOrder(t, org, "", 1)})
 	}
 
 	s, err := e.dispatcher(t, unconfirmingSender{next: e.q}, 15*time.Minute, 50).Run(context.Background(), dispatch.Request{})

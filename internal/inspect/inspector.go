@@ -84,6 +84,11 @@ func (i *Inspector) Run(ctx context.Context, req Request) (Response, error) {
 			return fmt.Errorf("rendering outbox row %s: %w", req.OutboxID, err)
 		}
 		resp.Attempts, resp.Conflicts, resp.Reruns = attemptsView(d.Attempts), conflictsView(d.Conflicts), rerunsView(d.History)
+		if d.WaitingBehind != "" {
+			resp.WaitingBehind = d.WaitingBehind
+			resp.Message = fmt.Sprintf("waiting behind %s: commands of one connection and entity go one at a time, "+
+				"oldest first; this one is claimed once that one ends", d.WaitingBehind)
+		}
 		return nil
 	})
 	if err != nil {
@@ -125,8 +130,10 @@ func rowObject(cols []report.Column) (json.RawMessage, error) {
 }
 
 // Response is the answer to the console. For an outbox id: Found, and when
-// found the row with its attempts, conflicts and reruns; otherwise Message
-// says what was not found. For the stuck view: Stuck.
+// found the row with its attempts, conflicts and reruns, and WaitingBehind
+// (with a Message saying so) when per-entity order holds it behind another
+// command; otherwise Message says what was not found. For the stuck view:
+// Stuck.
 type Response struct {
 	OrganizationID string          `json:"organizationId"`
 	OutboxID       string          `json:"outboxId,omitempty"`
@@ -136,6 +143,7 @@ type Response struct {
 	Attempts       []Attempt       `json:"attempts,omitzero"`
 	Conflicts      []Conflict      `json:"conflicts,omitzero"`
 	Reruns         []Rerun         `json:"reruns,omitzero"`
+	WaitingBehind  string          `json:"waitingBehind,omitempty"`
 	Stuck          *Stuck          `json:"stuck,omitempty"`
 }
 
@@ -181,6 +189,24 @@ type Stuck struct {
 	AcceptedWaiting Section `json:"acceptedWaiting"`
 	OverdueQueued   Section `json:"overdueQueued"`
 	Failed          Section `json:"failed"`
+	// EntitiesWaiting counts the entities whose first command has waited
+	// over an hour with others queued behind it.
+	EntitiesWaiting EntitySection `json:"entitiesWaiting"`
+}
+
+// EntitySection is the entities held up by their first command: how many
+// in all, and up to the limit.
+type EntitySection struct {
+	Total    int          `json:"total"`
+	Entities []EntityWait `json:"entities"`
+}
+
+// EntityWait is one entity whose commands wait behind its first one (head).
+type EntityWait struct {
+	EntityType string `json:"entityType"`
+	EntityID   string `json:"entityId"`
+	Behind     int    `json:"behind"`
+	Head       Row    `json:"head"`
 }
 
 // Section is one kind of stuck row: how many in all, and up to the limit.
@@ -235,17 +261,25 @@ func rerunsView(in []report.RerunEntry) []Rerun {
 }
 
 func stuckView(s report.Stuck) *Stuck {
+	entities := EntitySection{Total: s.EntitiesWaiting.Total, Entities: make([]EntityWait, len(s.EntitiesWaiting.Entities))}
+	for n, e := range s.EntitiesWaiting.Entities {
+		entities.Entities[n] = EntityWait{EntityType: e.EntityType, EntityID: e.EntityID, Behind: e.Behind, Head: rowView(e.Head)}
+	}
 	return &Stuck{ExpiredLeases: sectionView(s.ExpiredLeases), AcceptedWaiting: sectionView(s.AcceptedWaiting),
-		OverdueQueued: sectionView(s.OverdueQueued), Failed: sectionView(s.Failed)}
+		OverdueQueued: sectionView(s.OverdueQueued), Failed: sectionView(s.Failed), EntitiesWaiting: entities}
 }
 
 func sectionView(s report.Section) Section {
 	out := Section{Total: s.Total, Rows: make([]Row, len(s.Rows))}
 	for n, r := range s.Rows {
-		out.Rows[n] = Row{ID: r.ID, ConnectionID: r.ConnectionID, Provider: r.Provider, CommandType: r.CommandType,
-			Status: r.Status, AttemptCount: r.AttemptCount, AttemptsLeft: r.AttemptsLeft, NextAttemptAt: r.NextAttemptAt,
-			LeaseExpiresAt: r.LeaseExpiresAt, ProviderStatus: r.ProviderStatus, LastError: r.LastError,
-			CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		out.Rows[n] = rowView(r)
 	}
 	return out
+}
+
+func rowView(r report.Row) Row {
+	return Row{ID: r.ID, ConnectionID: r.ConnectionID, Provider: r.Provider, CommandType: r.CommandType,
+		Status: r.Status, AttemptCount: r.AttemptCount, AttemptsLeft: r.AttemptsLeft, NextAttemptAt: r.NextAttemptAt,
+		LeaseExpiresAt: r.LeaseExpiresAt, ProviderStatus: r.ProviderStatus, LastError: r.LastError,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 }

@@ -6,9 +6,11 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"pgregory.net/rapid"
 
@@ -28,7 +30,13 @@ import (
 //     a provider status or an open conflict;
 //   - no row reaches dead_letter from expired leases alone while the fleet
 //     keeps up (nothing crashed, nothing waited past its lease);
-//   - the caps hold, and an open circuit's rows are not claimed.
+//   - the caps hold, and an open circuit's rows are not claimed, with one
+//     probe at most for a half-open one, even when dispatch runs overlap
+//     (their claims are drawn with and without the global caps, on
+//     connections with and without a maxInFlight of their own);
+//   - per-entity order: on an ordered connection no two commands of one
+//     (connection, entity) are in flight at once, and no command is claimed
+//     while an older one of its entity waits.
 //
 // OUTBOX_PROTOCOL_REVERT_LEASE_FIX=1 starts jobs with the first round's
 // start statement (no lease check at start, no lease extension): the check
@@ -79,6 +87,11 @@ type protocol struct {
 	revert bool
 	rows   []string
 	conns  []string
+	// The caps of this case (0: none), and the connections with a
+	// maxInFlight of their own (1) and those that opt out of per-entity
+	// order.
+	maxInFlight, connMax int
+	ownLimit, unordered  map[string]bool
 
 	clock    time.Duration     // how far the test moved the database's time
 	current  map[string]string // row → its current claim token
@@ -97,7 +110,9 @@ func TestDeliveryProtocolProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		p := &protocol{pool: f.Pool, revert: revert,
 			store:   outbox.NewStore(f.Pool).WithCircuit(outbox.Circuit{FailureThreshold: propThreshold, Cooldown: propCooldown}),
-			current: map[string]string{}, excused: map[string]bool{}}
+			current: map[string]string{}, excused: map[string]bool{}, ownLimit: map[string]bool{}, unordered: map[string]bool{},
+			maxInFlight: rapid.SampledFrom([]int{0, propMaxInFlight}).Draw(rt, "DISPATCH_MAX_IN_FLIGHT"),
+			connMax:     rapid.SampledFrom([]int{0, propConnMax}).Draw(rt, "CONNECTION_MAX_IN_FLIGHT")}
 		p.init(rt)
 		rt.Repeat(map[string]func(*rapid.T){
 			"dispatch":        p.dispatch,
@@ -132,11 +147,21 @@ func (p *protocol) init(rt *rapid.T) {
 		}
 		for range rapid.IntRange(1, 2).Draw(rt, fmt.Sprintf("connections of %d", o)) {
 			var conn string
-			if err := p.pool.QueryRow(ctx, `insert into integration_connections (organization_id, provider)
-				values ($1, 'sandbox') returning id::text`, org).Scan(&conn); err != nil {
+			own := rapid.Bool().Draw(rt, "maxInFlight 1 of its own")
+			unordered := rapid.Bool().Draw(rt, "ordered false")
+			cfg := map[string]any{}
+			if own {
+				cfg["maxInFlight"] = 1
+			}
+			if unordered {
+				cfg["ordered"] = false
+			}
+			if err := p.pool.QueryRow(ctx, `insert into integration_connections (organization_id, provider, config_json)
+				values ($1, 'sandbox', $2) returning id::text`, org, cfg).Scan(&conn); err != nil {
 				rt.Fatal(err)
 			}
 			p.conns = append(p.conns, conn)
+			p.ownLimit[conn], p.unordered[conn] = own, unordered
 			for range rapid.IntRange(1, 4).Draw(rt, "rows") {
 				var id string
 				if err := p.pool.QueryRow(ctx, `insert into external_integration_outbox (organization_id,
@@ -153,28 +178,86 @@ func (p *protocol) init(rt *rapid.T) {
 	}
 }
 
-// dispatch is one dispatch run's claim: the sweep, then one capped batch.
+// dispatch is one to three dispatch runs' claims at once (a schedule tick
+// and wake-ups overlap): the sweep, then one batch each.
 func (p *protocol) dispatch(rt *rapid.T) {
 	ctx := context.Background()
 	open := p.openCircuits(rt)
-	params := outbox.ClaimParams{Limit: rapid.IntRange(1, 6).Draw(rt, "limit"), MaxAttempts: propMaxAttempts,
-		Lease: propLease, MaxInFlight: propMaxInFlight, ConnectionMaxInFlight: propConnMax, After: p.after}
-	if _, err := p.store.DeadLetterExpired(ctx, params); err != nil {
+	runs := rapid.IntRange(1, 3).Draw(rt, "overlapping runs")
+	params := make([]outbox.ClaimParams, runs)
+	for i := range params {
+		params[i] = outbox.ClaimParams{Limit: rapid.IntRange(1, 6).Draw(rt, "limit"), MaxAttempts: propMaxAttempts,
+			Lease: propLease, MaxInFlight: p.maxInFlight, ConnectionMaxInFlight: p.connMax, After: p.after}
+	}
+	if _, err := p.store.DeadLetterExpired(ctx, params[0]); err != nil {
 		rt.Fatal(err)
 	}
-	b, err := p.store.ClaimBatch(ctx, params)
+	accepted := p.acceptedRows(rt)
+	batches := make([]outbox.Batch, runs)
+	errs := make([]error, runs)
+	var wg sync.WaitGroup
+	for i := range params {
+		wg.Go(func() { batches[i], errs[i] = p.store.ClaimBatch(ctx, params[i]) })
+	}
+	wg.Wait()
+	for i, b := range batches {
+		if errs[i] != nil {
+			rt.Fatal(errs[i])
+		}
+		p.after = b.NextAfter(p.after)
+		for _, c := range b.Claims {
+			if open[c.ConnectionID] {
+				rt.Fatalf("row %s claimed while the circuit of its connection is open", c.ID)
+			}
+			p.current[c.ID] = c.ClaimToken
+			p.queue = append(p.queue, propMessage{claim: c, leaseEnd: p.clock + propLease})
+			if !accepted[c.ID] {
+				p.checkOlderWaits(rt, c)
+			}
+		}
+	}
+	p.checkCaps(rt)
+}
+
+// acceptedRows are the rows the provider accepted, awaiting their
+// follow-up: in flight already, so an older command requeued since waits
+// behind them.
+func (p *protocol) acceptedRows(rt *rapid.T) map[string]bool {
+	rows, err := p.pool.Query(context.Background(), `select id::text from external_integration_outbox
+		where status = 'processing' and provider_status is not null`)
 	if err != nil {
 		rt.Fatal(err)
 	}
-	p.after = b.NextAfter(p.after)
-	for _, c := range b.Claims {
-		if open[c.ConnectionID] {
-			rt.Fatalf("row %s claimed while the circuit of its connection is open", c.ID)
-		}
-		p.current[c.ID] = c.ClaimToken
-		p.queue = append(p.queue, propMessage{claim: c, leaseEnd: p.clock + propLease})
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		rt.Fatal(err)
 	}
-	p.checkCaps(rt)
+	out := map[string]bool{}
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out
+}
+
+// checkOlderWaits fails when the claimed row c has an older command of its
+// entity still waiting on an ordered connection.
+func (p *protocol) checkOlderWaits(rt *rapid.T, c outbox.Claim) {
+	if p.unordered[c.ConnectionID] {
+		return
+	}
+	var older int
+	if err := p.pool.QueryRow(context.Background(), `
+		select count(*)::int from external_integration_outbox x
+		join external_integration_outbox o on o.id = $1
+		where x.integration_connection_id = o.integration_connection_id and x.local_entity_id = o.local_entity_id
+		  and x.id <> o.id and (x.status in ('queued', 'failed')
+		    or (x.status = 'processing' and x.provider_status is null and x.lease_expires_at < now()))
+		  and (x.created_at, x.id) < (o.created_at, o.id)`, c.ID).Scan(&older); err != nil {
+		rt.Fatal(err)
+	}
+	if older > 0 {
+		rt.Fatalf("row %s claimed while %d older commands of its entity wait", c.ID, older)
+	}
 }
 
 // deliver hands a queued message to a push invocation; sometimes SQS
@@ -372,11 +455,22 @@ func (p *protocol) checkCaps(rt *rapid.T) {
 				group by l.conn) y), 0)::int`).Scan(&total, &widest, &probes); err != nil {
 		rt.Fatal(err)
 	}
-	if total > propMaxInFlight {
-		rt.Fatalf("%d rows leased, above DISPATCH_MAX_IN_FLIGHT %d", total, propMaxInFlight)
+	if p.maxInFlight > 0 && total > p.maxInFlight {
+		rt.Fatalf("%d rows leased, above DISPATCH_MAX_IN_FLIGHT %d", total, p.maxInFlight)
 	}
-	if widest > propConnMax {
-		rt.Fatalf("%d rows of one connection leased, above CONNECTION_MAX_IN_FLIGHT %d", widest, propConnMax)
+	if p.connMax > 0 && widest > p.connMax {
+		rt.Fatalf("%d rows of one connection leased, above CONNECTION_MAX_IN_FLIGHT %d", widest, p.connMax)
+	}
+	for conn, own := range p.ownLimit {
+		var n int
+		if err := p.pool.QueryRow(context.Background(), `select count(*)::int from external_integration_outbox
+			where integration_connection_id = $1 and status = 'processing' and provider_status is null
+			  and lease_expires_at > now()`, conn).Scan(&n); err != nil {
+			rt.Fatal(err)
+		}
+		if own && n > 1 {
+			rt.Fatalf("%d rows of connection %s leased, above its own maxInFlight 1", n, conn)
+		}
 	}
 	if probes > 1 {
 		t := "rows"
@@ -433,6 +527,17 @@ func (p *protocol) check(rt *rapid.T) {
 	}
 	if n != len(p.rows) {
 		rt.Fatalf("%d rows in the outbox, want %d", n, len(p.rows))
+	}
+	// Per-entity order: one command of an entity in flight at a time (a
+	// row whose lease expired is not: it waits to be reclaimed).
+	var conn, entity string
+	var inFlight int
+	err = p.pool.QueryRow(context.Background(), `select integration_connection_id::text, local_entity_id::text, count(*)::int
+		from external_integration_outbox
+		where status = 'processing' and (provider_status is not null or lease_expires_at >= now())
+		group by 1, 2 having count(*) > 1 limit 1`).Scan(&conn, &entity, &inFlight)
+	if err == nil && !p.unordered[conn] {
+		rt.Fatalf("%d commands of entity %s in flight at once on ordered connection %s", inFlight, entity, conn)
 	}
 	// A live push keeps its claim: nothing reclaims or dead-letters a row
 	// whose provider call is in flight.

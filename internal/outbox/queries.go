@@ -5,31 +5,45 @@ package outbox
 // claim_token the claim handed out.
 
 // claimSQL claims up to @claim_limit rows, within the in-flight limits,
-// organizations interleaved: every organization with due rows gets a turn before any gets
-// a second one, oldest first within each. Candidates: due rows of the
-// claimable states; rows whose lease expired before the provider accepted
-// them (crash recovery); rows the provider accepted whose follow-up is due
-// (pushed again with the same idempotency key, so the provider can say it is
-// done); and due rows without a connection.
+// organizations interleaved in one rotation: every organization with a
+// claimable row gets a turn before any gets a second one, oldest first
+// within each. Candidates: due rows of the claimable states; rows whose lease
+// expired before the provider accepted them (crash recovery); rows the
+// provider accepted whose follow-up is due (pushed again with the same
+// idempotency key, so the provider can say it is done); and due rows without
+// a connection. Every kind takes its turn in the same rotation: the order of
+// organizations starts after @after_organization (the dispatcher moves it on
+// after each claim) and wraps around.
 //
 // The due rows come from a skip scan over the (organization, connection)
-// pairs of the claimable index, starting after the organization
-// @after_organization (the dispatcher rotates it) and wrapping around; it stops once it has as many
-// organizations with a claimable row as the claim may take, so a claim costs
-// O(batch) index probes however many rows and tenants wait.
+// pairs of the claim walk index, in rotation order; it stops once it has as
+// many organizations with a claimable row as the claim may take, so a claim
+// costs O(batch) index probes however many rows and tenants wait.
 //
 // Limits: at most @max_in_flight leased rows across all organizations (0:
 // none), at most the connection's config_json.maxInFlight, else
-// @connection_max_in_flight (0: none), leased rows per connection; no row
-// of a connection whose circuit is open, and one probe row at a time (none
-// other in flight) once its cooldown is over.
+// @connection_max_in_flight (0: none), leased rows per connection. With the
+// circuit breaker on (@circuit_on): no row of a connection whose circuit is
+// open, and one probe row at a time (none other in flight) once its cooldown
+// is over; with it off, no circuit state is read and every circuit is reset.
+//
+// Per-entity order: on a connection whose config_json.ordered is not false,
+// a row is claimed only when no other row of its (connection, entity type,
+// entity) is in flight (processing, accepted rows included) and none older
+// waits (queued, failed): one at a time, oldest created_at first.
+//
 // @max_attempts: MAX_ATTEMPTS; @lease_seconds: the lease; @organization_id:
 // an optional organization; @ids: an optional id list (a rerun's
 // dispatchNow). Its arguments are named (pgx.NamedArgs).
 //
-// The claimed rows come back with a null summary column; one last row with
-// a null id says whether a limit held due rows back (the dispatcher then
-// waits for room instead of ending its run).
+// Callers serialize claims (claimLockSQL): each counts what is in flight and
+// which entities are busy, which two claims at once would both miss.
+//
+// Each claimed row comes back with held, which says whether an in-flight cap
+// (global or a connection's) held due rows back: rows in flight free that
+// room, so the dispatcher may wait for it. Rows held by the breaker or by
+// per-entity order do not count. With no row claimed one row comes back,
+// its claim columns null.
 const claimSQL = `
 with recursive budget as (
     select case when @max_in_flight::int > 0 then greatest(0, least(@claim_limit::int, @max_in_flight::int - (
@@ -38,8 +52,10 @@ with recursive budget as (
                 where status = 'processing' and provider_status is null and lease_expires_at > now()
                 limit @max_in_flight::int) leased)::int))
         else @claim_limit::int end as room
-), walk(org, conn, lap, room, probe, ok, held, org_ok, found) as (
-    select p.org, p.conn, p.lap, e.room, e.probe, e.ok, e.held, e.ok, e.ok::int
+), circuit_reset as (
+    delete from integration_outbox_connection_health where not @circuit_on::bool
+), walk(org, conn, lap, room, probe, ordered, ok, held, org_ok, found) as (
+    select p.org, p.conn, p.lap, e.room, e.probe, e.ordered, e.ok, e.held, e.ok, e.ok::int
     from (
         select * from (
             (select o.organization_id as org, o.integration_connection_id as conn, 0 as lap
@@ -61,7 +77,7 @@ with recursive budget as (
     cross join lateral (` + pairEligibility + `) e
     where @ids::text[] is null and (select room from budget) > 0
   union all
-    select p.org, p.conn, p.lap, e.room, e.probe, e.ok, e.held,
+    select p.org, p.conn, p.lap, e.room, e.probe, e.ordered, e.ok, e.held,
         e.ok or (p.org = w.org and w.org_ok),
         w.found + case when e.ok and not (p.org = w.org and w.org_ok) then 1 else 0 end
     from walk w
@@ -104,57 +120,71 @@ with recursive budget as (
           and d.status in ('queued', 'failed')
           and coalesce(d.next_attempt_at, now()) <= now()
           and d.attempt_count < @max_attempts
+          and (not w.ordered or ` + entityHead + `)
         order by d.created_at
         -- Enough for this organization to fill the batch if the others
         -- have one row each.
         -- One more than the room shows a pair the limit holds back.
         limit least(w.room + 1, greatest((select room from budget) - (select count(distinct org) from walked)::int + 1, 1))
-        for update skip locked
     ) d
 ), orphan as (
     select id, organization_id, integration_connection_id, created_at, false as reclaimed
-    from external_integration_outbox
-    where status in ('queued', 'failed') and integration_connection_id is null
-      and coalesce(next_attempt_at, now()) <= now()
-      and attempt_count < @max_attempts
-      and (@organization_id::uuid is null or organization_id = @organization_id)
-      and @ids::text[] is null
-    order by created_at
+    from (
+        select o.*, row_number() over (partition by o.organization_id order by o.created_at) as turn
+        from external_integration_outbox o
+        where o.status in ('queued', 'failed') and o.integration_connection_id is null
+          and coalesce(o.next_attempt_at, now()) <= now()
+          and o.attempt_count < @max_attempts
+          and (@organization_id::uuid is null or o.organization_id = @organization_id)
+          and @ids::text[] is null
+    ) o
+    order by turn, organization_id <= @after_organization::uuid, organization_id, created_at
     limit (select room from budget)
-    for update skip locked
 ), listed as (
-    select id, organization_id, integration_connection_id, created_at, false as reclaimed
-    from external_integration_outbox
-    where @ids::text[] is not null and id = any(@ids::text[]::uuid[])
-      and status in ('queued', 'failed')
-      and coalesce(next_attempt_at, now()) <= now()
-      and attempt_count < @max_attempts
-      and (@organization_id::uuid is null or organization_id = @organization_id)
-    order by created_at
+    select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed
+    from external_integration_outbox d
+    left join integration_connections c
+        on c.id = d.integration_connection_id and c.organization_id = d.organization_id
+    where @ids::text[] is not null and d.id = any(@ids::text[]::uuid[])
+      and d.status in ('queued', 'failed')
+      and coalesce(d.next_attempt_at, now()) <= now()
+      and d.attempt_count < @max_attempts
+      and (@organization_id::uuid is null or d.organization_id = @organization_id)
+      and (coalesce(c.config_json -> 'ordered', 'true'::jsonb) = 'false'::jsonb or ` + entityHead + `)
+    order by d.created_at
     limit (select room from budget)
-    for update skip locked
 ), expired as (
     select id, organization_id, integration_connection_id, created_at, true as reclaimed
-    from external_integration_outbox
-    where status = 'processing' and provider_status is null
-      and lease_expires_at < now()
-      and attempt_count < @max_attempts
-      and (@organization_id::uuid is null or organization_id = @organization_id)
-      and (@ids::text[] is null or id = any(@ids::text[]::uuid[]))
-    order by created_at
+    from (
+        select d.*, row_number() over (partition by d.organization_id order by d.created_at) as turn
+        from external_integration_outbox d
+        left join integration_connections c
+            on c.id = d.integration_connection_id and c.organization_id = d.organization_id
+        where d.status = 'processing' and d.provider_status is null
+          and d.lease_expires_at < now()
+          and d.attempt_count < @max_attempts
+          and (@organization_id::uuid is null or d.organization_id = @organization_id)
+          and (@ids::text[] is null or d.id = any(@ids::text[]::uuid[]))
+          and (coalesce(c.config_json -> 'ordered', 'true'::jsonb) = 'false'::jsonb or ` + entityHead + `)
+    ) o
+    order by turn, organization_id <= @after_organization::uuid, organization_id, created_at
     limit (select room from budget)
-    for update skip locked
 ), follow_up as (
     select id, organization_id, integration_connection_id, created_at, false as reclaimed
-    from external_integration_outbox
-    where status = 'processing' and provider_status is not null
-      and next_attempt_at <= now()
-      and attempt_count < @max_attempts
-      and (@organization_id::uuid is null or organization_id = @organization_id)
-      and (@ids::text[] is null or id = any(@ids::text[]::uuid[]))
-    order by created_at
+    from (
+        select d.*, row_number() over (partition by d.organization_id order by d.created_at) as turn
+        from external_integration_outbox d
+        left join integration_connections c
+            on c.id = d.integration_connection_id and c.organization_id = d.organization_id
+        where d.status = 'processing' and d.provider_status is not null
+          and d.next_attempt_at <= now()
+          and d.attempt_count < @max_attempts
+          and (@organization_id::uuid is null or d.organization_id = @organization_id)
+          and (@ids::text[] is null or d.id = any(@ids::text[]::uuid[]))
+          and (coalesce(c.config_json -> 'ordered', 'true'::jsonb) = 'false'::jsonb or ` + entityFree + `)
+    ) o
+    order by turn, organization_id <= @after_organization::uuid, organization_id, created_at
     limit (select room from budget)
-    for update skip locked
 ), candidates as (
     select * from due
     union all select * from orphan
@@ -190,8 +220,20 @@ with recursive budget as (
         select a.*, row_number() over (partition by a.organization_id order by a.created_at) as org_rank
         from allowed a
     ) a
-    order by a.org_rank, a.created_at
+    order by a.org_rank, a.organization_id <= @after_organization::uuid, a.organization_id, a.created_at
     limit (select room from budget)
+), locked as (
+    -- The picked rows, locked (a row another transaction holds is skipped)
+    -- and checked again on their latest version: a result recorded since
+    -- this statement's snapshot leaves its row alone.
+    select o.id, p.reclaimed, p.probe
+    from picked p
+    join external_integration_outbox o on o.id = p.id
+    where o.attempt_count < @max_attempts
+      and ((o.status in ('queued', 'failed') and coalesce(o.next_attempt_at, now()) <= now())
+        or (o.status = 'processing' and o.provider_status is null and o.lease_expires_at < now())
+        or (o.status = 'processing' and o.provider_status is not null and o.next_attempt_at <= now()))
+    for update of o skip locked
 ), claimed as (
     update external_integration_outbox o
     set status = 'processing',
@@ -203,38 +245,77 @@ with recursive budget as (
         next_attempt_at = null,
         provider_status = null,
         updated_at = now()
-    from picked
-    where o.id = picked.id
+    from locked
+    where o.id = locked.id
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type, o.claim_token,
-        o.attempt_count, picked.reclaimed, picked.probe, o.created_at
+        o.attempt_count, locked.reclaimed, locked.probe, o.created_at
+), held as (
+    select ((select room from budget) < @claim_limit::int
+            and (select count(*) from picked) >= (select room from budget))
+        or coalesce((select bool_or(held) from walk), false)
+        or exists (select 1 from ranked where not within and not probe) as held
 )
-select id::text, organization_id::text, coalesce(integration_connection_id::text, ''),
-    coalesce(command_type, ''), claim_token::text, attempt_count, reclaimed, probe, created_at, null::bool
-from claimed
-union all
-select null, null, null, null, null, null, null, null, null,
-    (select room from budget) < @claim_limit::int or coalesce((select bool_or(held) from walk), false)
-        or exists (select 1 from ranked where not within)`
+select c.id::text, c.organization_id::text, coalesce(c.integration_connection_id::text, ''),
+    coalesce(c.command_type, ''), c.claim_token::text, c.attempt_count, c.reclaimed, c.probe, c.created_at,
+    h.held
+from held h
+left join claimed c on true`
+
+// entityHead says whether the outbox row d may go now under per-entity
+// order: no other command of its connection and entity is in flight
+// (processing under a live lease, or accepted and awaiting its follow-up),
+// and none older waits (queued, failed, or processing with an expired lease:
+// reclaimable). It reads the entity index.
+const entityHead = `not exists (
+        select 1 from external_integration_outbox x
+        where x.integration_connection_id = d.integration_connection_id
+          and x.local_entity_id = d.local_entity_id
+          and x.local_entity_type is not distinct from d.local_entity_type
+          and x.status in ('queued', 'failed', 'processing')
+          and x.id <> d.id
+          and ((x.status = 'processing' and (x.provider_status is not null or not x.lease_expires_at < now()
+                                             or x.lease_expires_at is null))
+               or x.created_at < d.created_at or (x.created_at = d.created_at and x.id < d.id)))`
+
+// entityFree says whether no other command of the outbox row d's connection
+// and entity is in flight: what an accepted row's follow-up needs (it is in
+// flight itself, so older commands requeued since wait behind it).
+const entityFree = `not exists (
+        select 1 from external_integration_outbox x
+        where x.integration_connection_id = d.integration_connection_id
+          and x.local_entity_id = d.local_entity_id
+          and x.local_entity_type is not distinct from d.local_entity_type
+          and x.status = 'processing'
+          and x.id <> d.id
+          and (x.provider_status is not null or not x.lease_expires_at < now() or x.lease_expires_at is null))`
 
 // connectionRoom is how many more rows of the connection p.conn (of the
-// organization p.org) a claim may lease: none while its circuit is open; one
-// probe, when nothing else of it is in flight, once the cooldown is over;
-// else its in-flight limit (config_json.maxInFlight, a positive number, else
-// @connection_max_in_flight; none when both are unset) minus its leased rows. probe says the row
-// would be the half-open circuit's probe.
+// organization p.org) a claim may lease: with the breaker on, none while its
+// circuit is open and one probe, when nothing else of it is in flight, once
+// the cooldown is over; else its in-flight limit (config_json.maxInFlight, a
+// positive number, else @connection_max_in_flight; none when both are unset)
+// minus its leased rows. probe says the row would be the half-open circuit's
+// probe; capped that the in-flight limit is what leaves no room; ordered
+// that the connection keeps per-entity order (config_json.ordered is not
+// false).
 const connectionRoom = `
     select coalesce(h.open_until > now(), false) as open,
         h.open_until is not null as probe,
         case when h.open_until > now() then 0
              when h.open_until is not null then case when f.n = 0 then 1 else 0 end
              when cap.n is null then 1000000
-             else greatest(cap.n - f.n, 0) end as room
-    from (select coalesce((
+             else greatest(cap.n - f.n, 0) end as room,
+        h.open_until is null and cap.n is not null and f.n >= cap.n as capped,
+        cap.ordered
+    from (select coalesce(cc.n, nullif(@connection_max_in_flight::int, 0)) as n, coalesce(cc.ordered, true) as ordered
+          from (select 1) one
+          left join lateral (
             select case when jsonb_typeof(c.config_json -> 'maxInFlight') = 'number'
                          and (c.config_json ->> 'maxInFlight')::numeric >= 1
-                    then least(floor((c.config_json ->> 'maxInFlight')::numeric), 1000000)::int end
+                    then least(floor((c.config_json ->> 'maxInFlight')::numeric), 1000000)::int end as n,
+                coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb as ordered
             from integration_connections c
-            where c.id = p.conn and c.organization_id = p.org), nullif(@connection_max_in_flight::int, 0)) as n) cap
+            where c.id = p.conn and c.organization_id = p.org) cc on true) cap
     cross join lateral (
         select count(*)::int as n from (
             select 1 from external_integration_outbox l
@@ -242,45 +323,69 @@ const connectionRoom = `
               and l.status = 'processing' and l.provider_status is null and l.lease_expires_at > now()
             limit coalesce(cap.n, 1)) leased
     ) f
-    left join integration_outbox_connection_health h on h.connection_id = p.conn`
+    left join integration_outbox_connection_health h on h.connection_id = p.conn and @circuit_on::bool`
 
 // pairEligibility says whether the walk's pair p (organization p.org,
 // connection p.conn) has a row the claim may take (ok), or due rows that an
 // in-flight limit holds back (held). A pair whose circuit is open costs no
 // look at its rows.
 const pairEligibility = `
-    select k.room, k.probe, k.room > 0 and k.due as ok, k.room = 0 and k.due as held
+    select k.room, k.probe, k.ordered, k.room > 0 and k.due as ok, k.capped and k.due as held
     from (
-        select r.room, r.probe, not r.open and exists (
+        select r.room, r.probe, r.ordered, r.capped, not r.open and exists (
                 select 1 from external_integration_outbox d
                 where d.organization_id = p.org and d.integration_connection_id = p.conn
                   and d.status in ('queued', 'failed')
                   and coalesce(d.next_attempt_at, now()) <= now()
-                  and d.attempt_count < @max_attempts) as due
+                  and d.attempt_count < @max_attempts
+                  and (not r.ordered or ` + entityHead + `)) as due
         from (` + connectionRoom + `) r
     ) k`
 
-// deadLetterExpiredSQL moves rows whose lease expired after their last
-// attempt, and accepted rows whose follow-up is due with no attempts left, to
-// dead_letter, with their one open conflict. $1 MAX_ATTEMPTS, $2
-// optional organization, $3 optional id list (the same scope as the claim).
+// deadLetterExpiredSQL ends the rows that have no attempt left, with their
+// one open conflict (provider_rejected: attempts exhausted): rows whose
+// lease expired after their last attempt, accepted rows whose follow-up is
+// due, and due queued or failed rows at or past $1 (MAX_ATTEMPTS was lowered
+// below what they have used; no claim would ever take them). $1
+// MAX_ATTEMPTS, $2 optional organization, $3 optional id list (the same
+// scope as the claim).
 const deadLetterExpiredSQL = `
-with expired as (
+with exhausted as (
+    select o.id from external_integration_outbox o
+    where o.status = 'processing' and o.provider_status is null and o.lease_expires_at < now()
+      and o.attempt_count >= $1
+      and ($2::uuid is null or o.organization_id = $2)
+      and ($3::text[] is null or o.id = any($3::text[]::uuid[]))
+    union all
+    select o.id from external_integration_outbox o
+    where o.status = 'processing' and o.provider_status is not null and o.next_attempt_at <= now()
+      and o.attempt_count >= $1
+      and ($2::uuid is null or o.organization_id = $2)
+      and ($3::text[] is null or o.id = any($3::text[]::uuid[]))
+    union all
+    select o.id from external_integration_outbox o
+    where o.status in ('queued', 'failed') and coalesce(o.next_attempt_at, now()) <= now()
+      and o.attempt_count >= $1
+      and ($2::uuid is null or o.organization_id = $2)
+      and ($3::text[] is null or o.id = any($3::text[]::uuid[]))
+), expired as (
     update external_integration_outbox o
     set status = 'dead_letter',
-        last_error = left(case when o.provider_status is null
+        last_error = left(case
+                when o.status in ('queued', 'failed')
+                then 'attempts exhausted: ' || o.attempt_count || ' attempts made, MAX_ATTEMPTS is ' || $1
+                when o.provider_status is null
                 then 'attempts exhausted: the lease of the last attempt expired without a recorded result'
                 else 'attempts exhausted: the provider answered ' || o.provider_status || ' but never confirmed completion'
             end || coalesce('; previous error: ' || o.last_error, ''), 1000),
         lease_expires_at = null,
         next_attempt_at = null,
         updated_at = now()
-    where o.status = 'processing'
-      and ((o.provider_status is null and o.lease_expires_at < now())
-        or (o.provider_status is not null and o.next_attempt_at <= now()))
-      and o.attempt_count >= $1
-      and ($2::uuid is null or o.organization_id = $2)
-      and ($3::text[] is null or o.id = any($3::text[]::uuid[]))
+    from exhausted x
+    where o.id = x.id and o.attempt_count >= $1
+      and ((o.status = 'processing' and o.provider_status is null and o.lease_expires_at < now())
+        or (o.status = 'processing' and o.provider_status is not null and o.next_attempt_at <= now())
+        or (o.status in ('queued', 'failed') and coalesce(o.next_attempt_at, now()) <= now()))
     returning o.*
 ), conflicts as (
     insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
@@ -432,6 +537,9 @@ with res as (
       and o.integration_connection_id is not distinct from res.connection_id
       and o.claim_token = res.claim_token
       and o.status = 'processing' and o.started_at is not null
+      -- Recording ends the lease: a repeat of the same record (its commit
+      -- acknowledgement lost) matches nothing and writes no second attempt.
+      and o.lease_expires_at is not null
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type,
         o.local_entity_type, o.local_entity_id, o.idempotency_key, o.status, o.last_error,
         o.attempt_count, o.started_at,

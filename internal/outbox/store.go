@@ -7,12 +7,15 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"integration-outbox/internal/pgtx"
 )
 
 // Status is an outbox row's status (contract).
@@ -161,8 +164,10 @@ func (p ClaimParams) scope() (org, ids any) {
 // Batch is what one claim took.
 type Batch struct {
 	Claims []Claim
-	// Held is set when an in-flight limit held due rows back: more can be
-	// claimed once rows in flight finish.
+	// Held is set when an in-flight cap (DISPATCH_MAX_IN_FLIGHT or a
+	// connection's limit) held due rows back: more can be claimed once rows
+	// in flight finish. Rows the circuit breaker or per-entity order holds
+	// back do not set it: nothing this run does frees them.
 	Held bool
 }
 
@@ -183,22 +188,16 @@ func (b Batch) NextAfter(after string) string {
 }
 
 // claimLockKey names the transaction-level advisory lock that serializes
-// capped claims: each counts what is in flight and claims the rest, which
-// two claims at once would both take.
+// claims: each counts what is in flight, which circuits have a probe out and
+// which entities are busy, and claims the rest, which two claims at once
+// would both take.
 const claimLockKey = "integration_outbox_claim"
-
-// beginner is a pool, connection or transaction that can open a
-// transaction.
-type beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // claimSetupSQL prepares the claim's transaction: the claim is planned once
 // per connection (a generic plan: its many CTEs cost far more to plan than
-// to run), and $2 (a cap is set) takes the advisory lock.
+// to run), and it waits for the claims before it to commit.
 const claimSetupSQL = `
-select set_config('plan_cache_mode', 'force_generic_plan', true),
-    (select count(*) from (select pg_advisory_xact_lock(hashtext($1)) where $2::bool) l)`
+select set_config('plan_cache_mode', 'force_generic_plan', true), pg_advisory_xact_lock(hashtext($1))`
 
 // Claim claims up to p.Limit due rows (see ClaimBatch).
 func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
@@ -207,72 +206,84 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
 }
 
 // ClaimBatch claims up to p.Limit due rows within the in-flight caps,
-// organizations interleaved and oldest first within each, skipping rows
-// other claimers hold: each gets status processing, attempt_count+1, a fresh
-// claim token and a lease. With a cap, claims are serialized by an advisory
-// lock so that concurrent dispatch runs cannot both take the same room. The
-// claim runs in its own transaction (a nested one, a savepoint, when the
-// store is on a transaction).
+// organizations interleaved and oldest first within each, one row at a time
+// per entity on ordered connections, skipping rows other transactions hold:
+// each gets status processing, attempt_count+1, a fresh claim token and a
+// lease. Claims are serialized by an advisory lock so that concurrent
+// dispatch runs cannot both take the same room, the same probe or the same
+// entity's turn. The store's circuit breaker decides whether circuits are
+// honoured (off: none is read, and every circuit is reset). The claim runs
+// in its own transaction (a savepoint when the store is on a transaction).
 func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
-	capped := p.MaxInFlight > 0 || p.ConnectionMaxInFlight > 0
-	bg, ok := s.db.(beginner)
-	if !ok {
-		return claimBatch(ctx, s.db, p)
+	var bg pgtx.Beginner
+	switch db := s.db.(type) {
+	case pgtx.Beginner:
+		bg = db
+	case savepointer:
+		bg = savepoint{db}
+	default:
+		return Batch{}, errors.New("claiming outbox batch: the store's database cannot begin a transaction")
 	}
-	tx, err := bg.Begin(ctx)
+	var b Batch
+	err := pgtx.Do(ctx, bg, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, claimSetupSQL, claimLockKey); err != nil {
+			return fmt.Errorf("taking the claim lock: %w", err)
+		}
+		var err error
+		b, err = s.claimBatch(ctx, tx, p)
+		return err
+	})
 	if err != nil {
 		return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := tx.Exec(ctx, claimSetupSQL, claimLockKey, capped); err != nil {
-		return Batch{}, fmt.Errorf("claiming outbox batch: taking the claim lock: %w", err)
-	}
-	b, err := claimBatch(ctx, tx, p)
-	if err != nil {
-		return Batch{}, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return Batch{}, fmt.Errorf("claiming outbox batch: committing: %w", err)
 	}
 	return b, nil
 }
 
-func claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, error) {
+// savepointer is a transaction (pgx.Tx), whose Begin opens a savepoint.
+type savepointer interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// savepoint makes a transaction a pgtx.Beginner: its transactions are
+// savepoints (the options of the outer transaction hold).
+type savepoint struct{ tx savepointer }
+
+func (s savepoint) BeginTx(ctx context.Context, _ pgx.TxOptions) (pgx.Tx, error) {
+	return s.tx.Begin(ctx)
+}
+
+func (s *Store) claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, error) {
 	org, ids := p.scope()
 	after := cmp.Or(p.After, "00000000-0000-0000-0000-000000000000")
 	rows, err := db.Query(ctx, claimSQL, pgx.NamedArgs{
 		"claim_limit": p.Limit, "max_attempts": p.MaxAttempts, "lease_seconds": p.Lease.Seconds(),
 		"organization_id": org, "ids": ids, "max_in_flight": p.MaxInFlight,
 		"connection_max_in_flight": p.ConnectionMaxInFlight, "after_organization": after,
+		"circuit_on": s.circuit.FailureThreshold > 0,
 	})
 	if err != nil {
-		return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
+		return Batch{}, err
 	}
 	var b Batch
 	for rows.Next() {
 		var (
-			c    Claim
-			id   *string
-			held *bool
+			id, org, conn, cmdType, token *string
+			attempts                      *int
+			reclaimed, probe              *bool
+			created                       *time.Time
 		)
-		var org, conn, cmdType, token *string
-		var attempts *int
-		var reclaimed, probe *bool
-		var created *time.Time
-		if err := rows.Scan(&id, &org, &conn, &cmdType, &token, &attempts, &reclaimed, &probe, &created, &held); err != nil {
+		if err := rows.Scan(&id, &org, &conn, &cmdType, &token, &attempts, &reclaimed, &probe, &created, &b.Held); err != nil {
 			rows.Close()
-			return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
+			return Batch{}, err
 		}
 		if id == nil {
-			b.Held = held != nil && *held
-			continue
+			continue // nothing claimed: the one row says only whether a cap held rows back
 		}
-		c.ID, c.OrganizationID, c.ConnectionID, c.CommandType, c.ClaimToken = *id, *org, *conn, *cmdType, *token
-		c.AttemptCount, c.Reclaimed, c.Probe, c.CreatedAt = *attempts, *reclaimed, *probe, *created
-		b.Claims = append(b.Claims, c)
+		b.Claims = append(b.Claims, Claim{ID: *id, OrganizationID: *org, ConnectionID: *conn, CommandType: *cmdType,
+			ClaimToken: *token, AttemptCount: *attempts, Reclaimed: *reclaimed, Probe: *probe, CreatedAt: *created})
 	}
 	if err := rows.Err(); err != nil {
-		return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
+		return Batch{}, err
 	}
 	slices.SortFunc(b.Claims, func(a, b Claim) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return b, nil

@@ -29,8 +29,11 @@ func setup(t *testing.T) bundle {
 	t.Helper()
 	f := pg.NewDB(t)
 	org := f.NewID(t)
+	// The bundle's commands share one purchase order; per-entity order is
+	// not what these tests are about (entity_order_test.go is), so their
+	// connection opts out of it.
 	return bundle{f: f, store: outbox.NewStore(f.Pool), org: org,
-		conn: f.Connection(t, testenv.ConnectionOpts{OrganizationID: org}),
+		conn: f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Config: map[string]any{"ordered": false}}),
 		po:   f.PurchaseOrder(t, org, "", 2)}
 }
 

@@ -434,14 +434,14 @@ func TestBadInputEndsInItsConflictWithoutACall(t *testing.T) {
 	rc := newReceiver(t, answer(200, nil, `{}`))
 	conn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: b.org, Provider: "webhook", Config: map[string]string{"url": rc.URL}})
 	badConfig := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: b.org, Provider: "webhook", Config: map[string]string{"uri": rc.URL}})
-	po := b.f.PurchaseOrder(t, b.org, "", 1)
+	// A purchase order per command: per-entity order holds none back.
 	cases := map[string]string{
-		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn, Provider: "webhook", EntityID: po,
+		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn, Provider: "webhook", EntityID: b.f.PurchaseOrder(t, b.org, "", 1),
 			Payload: map[string]any{"externalsupplierid": "S"}}): "payload_invalid",
-		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn, Provider: "webhook", EntityID: po,
+		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn, Provider: "webhook", EntityID: b.f.PurchaseOrder(t, b.org, "", 1),
 			Payload: map[string]any{"externalSupplierId": 42}}): "payload_invalid",
-		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: badConfig, Provider: "webhook", EntityID: po}):    "configuration_invalid",
-		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.f.NewID(t), Provider: "webhook", EntityID: po}): "configuration_invalid",
+		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: badConfig, Provider: "webhook", EntityID: b.f.PurchaseOrder(t, b.org, "", 1)}):    "configuration_invalid",
+		b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.f.NewID(t), Provider: "webhook", EntityID: b.f.PurchaseOrder(t, b.org, "", 1)}): "configuration_invalid",
 	}
 	b.handle(t, b.claim(t, 10))
 	for id, want := range cases {
@@ -582,14 +582,14 @@ func TestIdempotencyKeyThatCannotBeAHeaderIsPayloadInvalid(t *testing.T) {
 	b := setup(t)
 	rc := newReceiver(t, answer(200, nil, `{}`))
 	conn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: b.org, Provider: "webhook", Config: map[string]string{"url": rc.URL}})
-	po := b.f.PurchaseOrder(t, b.org, "", 1)
+	// A purchase order per command: per-entity order holds none back.
 	var ids []string
 	for _, key := range []string{"idem-1\r\nX-Injected: yes", "idem-2\n", "idem\x013", "idem\x7f4", " idem-5", strings.Repeat("k", 256)} {
 		ids = append(ids, b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn, Provider: "webhook",
-			EntityID: po, IdempotencyKey: key}))
+			EntityID: b.f.PurchaseOrder(t, b.org, "", 1), IdempotencyKey: key}))
 	}
 	fine := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn, Provider: "webhook",
-		EntityID: po, IdempotencyKey: "idem\tok-" + strings.Repeat("k", 200)})
+		EntityID: b.f.PurchaseOrder(t, b.org, "", 1), IdempotencyKey: "idem\tok-" + strings.Repeat("k", 200)})
 	b.handle(t, b.claim(t, 10))
 	for _, id := range ids {
 		r := b.f.Row(t, id)

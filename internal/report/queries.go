@@ -128,3 +128,46 @@ where (h.open_until is not null or h.consecutive_failures > 0)
   and ($1::uuid is null or h.organization_id = $1)
 order by h.open_until nulls last, h.connection_id
 limit $2`
+
+// waitingBehindSQL: the command that holds a queued or failed row back under
+// per-entity order (its connection is ordered): another command of its
+// connection and entity in flight, else the oldest older one still waiting.
+// No row when nothing holds it. $1 organization, $2 id.
+const waitingBehindSQL = `
+select x.id::text
+from external_integration_outbox o
+join integration_connections c on c.id = o.integration_connection_id and c.organization_id = o.organization_id
+join external_integration_outbox x
+    on x.integration_connection_id = o.integration_connection_id and x.local_entity_id = o.local_entity_id
+   and x.local_entity_type is not distinct from o.local_entity_type and x.id <> o.id
+where o.organization_id = $1 and o.id = $2 and o.status in ('queued', 'failed')
+  and coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb
+  and x.status in ('queued', 'failed', 'processing')
+  and ((x.status = 'processing' and (x.provider_status is not null or x.lease_expires_at is null
+                                     or x.lease_expires_at >= now()))
+       or (x.created_at, x.id) < (o.created_at, o.id))
+order by x.status = 'processing' desc, x.created_at, x.id
+limit 1`
+
+// entitiesWaitingSQL: entities of ordered connections whose first live
+// command (queued, failed or processing, oldest first) is older than $3
+// seconds and has others waiting behind it: one row per entity, oldest
+// head first. $1 MAX_ATTEMPTS, $2 optional organization, $4 limit.
+const entitiesWaitingSQL = `
+with live as (
+    select o.*,
+        row_number() over w as place,
+        count(*) over (partition by o.integration_connection_id, o.local_entity_type, o.local_entity_id) as live
+    from external_integration_outbox o
+    join integration_connections c on c.id = o.integration_connection_id and c.organization_id = o.organization_id
+    where o.status in ('queued', 'failed', 'processing') and o.local_entity_id is not null
+      and coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb
+      and ($2::uuid is null or o.organization_id = $2)
+    window w as (partition by o.integration_connection_id, o.local_entity_type, o.local_entity_id
+                 order by o.created_at, o.id)
+)
+select coalesce(o.local_entity_type, ''), o.local_entity_id::text, (o.live - 1)::int,` + rowColumns + `, count(*) over ()
+from live o
+where o.place = 1 and o.live > 1 and o.created_at < now() - make_interval(secs => $3)
+order by o.created_at, o.id
+limit $4`

@@ -105,6 +105,10 @@ type Detail struct {
 	Conflicts []Conflict
 	// History is the reruns that requeued or skipped the row, oldest first.
 	History []RerunEntry
+	// WaitingBehind is the command that holds the row back under
+	// per-entity order: another command of its connection and entity in
+	// flight, or an older one still waiting. Empty when nothing does.
+	WaitingBehind string
 }
 
 // Column is one column of a row.
@@ -211,6 +215,10 @@ func (r *Reader) Show(ctx context.Context, organizationID, id string) (Detail, e
 	if err != nil {
 		return d, fmt.Errorf("reading rerun history of %s: %w", id, err)
 	}
+	err = r.db.QueryRow(ctx, waitingBehindSQL, organizationID, id).Scan(&d.WaitingBehind)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return d, fmt.Errorf("reading what %s waits behind: %w", id, err)
+	}
 	return d, nil
 }
 
@@ -246,6 +254,9 @@ type StuckParams struct {
 	// OverdueFor is how long a queued row may stay due before it shows
 	// (default 5m: the dispatch runs every minute).
 	OverdueFor time.Duration
+	// EntityWaitFor is how long the first command of an entity may wait
+	// with others behind it before the entity shows (default 1h).
+	EntityWaitFor time.Duration
 	// Limit caps the rows of each section (default 50).
 	Limit int
 }
@@ -274,6 +285,27 @@ type Stuck struct {
 	// Circuits: connections whose circuit breaker is open or half-open, or
 	// counting failures towards it.
 	Circuits CircuitSection
+	// EntitiesWaiting: entities whose first command has waited longer than
+	// EntityWaitFor with other commands queued behind it (per-entity
+	// order holds them until it ends).
+	EntitiesWaiting EntitySection
+}
+
+// EntitySection lists entities held up by their first command: up to the
+// limit, and how many in all.
+type EntitySection struct {
+	Total    int
+	Entities []EntityWait
+}
+
+// EntityWait is one entity whose commands wait behind its first one.
+type EntityWait struct {
+	EntityType string
+	EntityID   string
+	// Behind is how many of its commands wait behind Head.
+	Behind int
+	// Head is its first live command, the one the others wait for.
+	Head Row
 }
 
 // CircuitSection lists circuits: up to the limit, and how many in all.
@@ -342,6 +374,20 @@ func (r *Reader) Stuck(ctx context.Context, p StuckParams) (Stuck, error) {
 	})
 	if err != nil {
 		return s, fmt.Errorf("reading circuits: %w", err)
+	}
+	waitFor := cmp.Or(p.EntityWaitFor, time.Hour).Seconds()
+	rows, err = r.db.Query(ctx, entitiesWaitingSQL, r.maxAttempts, org, waitFor, limit)
+	if err != nil {
+		return s, fmt.Errorf("reading entities waiting: %w", err)
+	}
+	s.EntitiesWaiting.Entities, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (EntityWait, error) {
+		var e EntityWait
+		err := cr.Scan(append(append([]any{&e.EntityType, &e.EntityID, &e.Behind}, e.Head.scanArgs()...),
+			&s.EntitiesWaiting.Total)...)
+		return e, err
+	})
+	if err != nil {
+		return s, fmt.Errorf("reading entities waiting: %w", err)
 	}
 	return s, nil
 }

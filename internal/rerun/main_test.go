@@ -82,7 +82,8 @@ func (b bundle) row(t *testing.T, status string, attempts int) string {
 
 func (b bundle) rowAt(t *testing.T, status string, attempts int, created time.Time) string {
 	t.Helper()
-	id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po,
+	// Each row its own entity: per-entity order holds none behind another.
+	id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.f.NewID(t),
 		Status: status, AttemptCount: attempts, CreatedAt: created})
 	switch status {
 	case "processing", "failed", "uncertain", "dead_letter":
