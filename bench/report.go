@@ -264,7 +264,7 @@ func (r *report) markdown() string {
 	p("# Benchmarks\n\n")
 	p("Measured side by side in one run: %s UTC; %d cores, %s, PostgreSQL 15; command: `%s`; the whole run took %s.\n\n",
 		r.Began.UTC().Format("2006-01-02 15:04"), r.Machine.CPUs, r.Machine.GoVersion, r.Command, r.Took.Round(time.Second))
-	p("Absolute times only give scale; the figures to compare are the ratios and counts, each taken beside its reference in the same run.\n\n")
+	p("Absolute times only give scale; the figures to compare are the ratios and counts, each taken beside its reference in the same run. \"Legacy\" is the worker this project replaces: its claim is `bench/testdata/legacy_claim.sql`, verbatim.\n\n")
 	p("| # | Measure | Ours | Beside it | Ratio | Target | Where we stand |\n|---|---|---|---|---|---|---|\n")
 	for _, row := range r.table() {
 		p("| %s | %s | %s | %s | %s | %s | %s |\n", row.n, cell(row.measure), cell(row.ours), cell(row.beside), cell(row.ratio), cell(row.target), row.status)

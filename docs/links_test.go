@@ -139,9 +139,7 @@ func trackedTextFiles(t *testing.T, root string) map[string]string {
 	t.Helper()
 	var paths []string
 	if out, err := exec.Command("git", "-C", root, "ls-files", "-z").Output(); err == nil && len(out) > 0 {
-		for _, p := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
-			paths = append(paths, p)
-		}
+		paths = strings.Split(strings.TrimRight(string(out), "\x00"), "\x00")
 	} else {
 		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 			if err != nil {
