@@ -15,29 +15,28 @@ import (
 	"integration-outbox/internal/testenv"
 )
 
-// seedClaimSQL is the claim of the worker this project replaces
-// (external-outbound.worker.ts), kept verbatim as a fixture.
+// legacyClaimSQL is the claim of the legacy worker, the one this project
+// replaces (external-outbound.worker.ts), kept verbatim as a fixture.
 //
-//go:embed testdata/seed_claim.sql
-var seedClaimFile string
+//go:embed testdata/legacy_claim.sql
+var legacyClaimFile string
 
-var seedClaimSQL = strings.TrimSuffix(seedClaimFile, "\n")
+var legacyClaimSQL = strings.TrimSuffix(legacyClaimFile, "\n")
 
 const (
-	claimLimit  = 50 // CLAIM_BATCH_SIZE, and the seed's limit
+	claimLimit  = 50 // CLAIM_BATCH_SIZE, and the legacy worker's limit
 	claimWarmup = 3  // unmeasured claims per variant before the measured ones
-	duePerMille = 10 // 1% of the rows are due
 )
 
-// Claim variants: our claim on our schema, and the seed's SQL on the same
+// Claim variants: our claim on our schema, and the legacy worker's SQL on the same
 // rows with only primary keys or with a plain (status, created_at) index.
 const (
-	variantOurs      = "ours"
-	variantSeedPK    = "seed, primary keys only"
-	variantSeedPlain = "seed, (status, created_at) index"
+	variantOurs        = "ours"
+	variantLegacyPK    = "legacy, primary keys only"
+	variantLegacyPlain = "legacy, (status, created_at) index"
 )
 
-var claimVariants = []string{variantOurs, variantSeedPK, variantSeedPlain}
+var claimVariants = []string{variantOurs, variantLegacyPK, variantLegacyPlain}
 
 // claimSize is the result at one outbox size.
 type claimSize struct {
@@ -54,7 +53,7 @@ func (c claimSize) median(variant string) time.Duration { return median(c.Sample
 type claimDatabases map[string]string // variant → URL
 
 // prepareClaimDatabases loads rows outbox rows into a migrated database
-// (ours) and clones it twice for the seed: one with every index of the outbox
+// (ours) and clones it twice for the legacy worker: one with every index of the outbox
 // but its primary key dropped, one with a plain (status, created_at) index
 // instead.
 func prepareClaimDatabases(ctx context.Context, env *benchEnv, rows int) (claimDatabases, error) {
@@ -72,8 +71,8 @@ func prepareClaimDatabases(ctx context.Context, env *benchEnv, rows int) (claimD
 		return nil, err
 	}
 	dbs := claimDatabases{variantOurs: ours}
-	for _, v := range []string{variantSeedPK, variantSeedPlain} {
-		name := fmt.Sprintf("claim_%d_%s", rows, map[string]string{variantSeedPK: "seed_pk", variantSeedPlain: "seed_plain"}[v])
+	for _, v := range []string{variantLegacyPK, variantLegacyPlain} {
+		name := fmt.Sprintf("claim_%d_%s", rows, map[string]string{variantLegacyPK: "legacy_pk", variantLegacyPlain: "legacy_plain"}[v])
 		err := env.admin(ctx, func(c *pgx.Conn) error {
 			// FILE_COPY: a plain file copy is much quicker than WAL-logging
 			// every block of a large database (PostgreSQL 15's default).
@@ -94,7 +93,7 @@ func prepareClaimDatabases(ctx context.Context, env *benchEnv, rows int) (claimD
 			return nil, fmt.Errorf("cloning the outbox for %q: %w", v, err)
 		}
 		url := testenv.ReplaceDatabase(env.pg.URL, name)
-		if err := seedIndexes(ctx, url, v == variantSeedPlain); err != nil {
+		if err := legacyIndexes(ctx, url, v == variantLegacyPlain); err != nil {
 			return nil, err
 		}
 		dbs[v] = url
@@ -144,9 +143,9 @@ func loadOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
 	return nil
 }
 
-// seedIndexes drops every outbox index but the primary key and, when plain,
+// legacyIndexes drops every outbox index but the primary key and, when plain,
 // adds the plain (status, created_at) index.
-func seedIndexes(ctx context.Context, url string, plain bool) error {
+func legacyIndexes(ctx context.Context, url string, plain bool) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
@@ -181,7 +180,7 @@ func seedIndexes(ctx context.Context, url string, plain bool) error {
 // statement and reading its rows; not the begin and rollback).
 //
 // Ours goes through outbox.Store.Claim with pgx's defaults (a cached
-// prepared statement, as the functions run it). The seed's SQL runs as
+// prepared statement, as the functions run it). The legacy worker's SQL runs as
 // node-postgres sends a parameterised query: an unnamed statement, planned
 // for its parameters every time.
 func claimOnce(ctx context.Context, conn *pgx.Conn, variant string) (time.Duration, error) {
@@ -202,9 +201,9 @@ func claimOnce(ctx context.Context, conn *pgx.Conn, variant string) (time.Durati
 		}
 		n = len(claims)
 	} else {
-		rows, err := tx.Query(ctx, seedClaimSQL, pgx.QueryExecModeExec, claimLimit)
+		rows, err := tx.Query(ctx, legacyClaimSQL, pgx.QueryExecModeExec, claimLimit)
 		if err != nil {
-			return 0, fmt.Errorf("seed claim: %w", err)
+			return 0, fmt.Errorf("legacy claim: %w", err)
 		}
 		for rows.Next() {
 			if _, err := rows.Values(); err != nil {
@@ -214,7 +213,7 @@ func claimOnce(ctx context.Context, conn *pgx.Conn, variant string) (time.Durati
 			n++
 		}
 		if err := rows.Err(); err != nil {
-			return 0, fmt.Errorf("seed claim: %w", err)
+			return 0, fmt.Errorf("legacy claim: %w", err)
 		}
 	}
 	took := time.Since(began)
@@ -273,7 +272,7 @@ func measureClaims(ctx context.Context, log *slog.Logger, env *benchEnv, sizes [
 			return out, err
 		}
 		log.Info("claims measured", "rows", rows, "ours", res.median(variantOurs),
-			"seedPK", res.median(variantSeedPK), "seedPlain", res.median(variantSeedPlain))
+			"legacyPK", res.median(variantLegacyPK), "legacyPlain", res.median(variantLegacyPlain))
 		out = append(out, res)
 	}
 	return out, nil

@@ -43,7 +43,7 @@ func claimDatabasesFor(b *testing.B, rows int) claimDatabases {
 }
 
 // BenchmarkClaim measures one claim of 50 (rolled back, so every iteration
-// claims the same rows) for our claim and the seed's SQL on the same rows.
+// claims the same rows) for our claim and the legacy worker's SQL on the same rows.
 // The 1M-row size is left to the bench program (go run .), whose load takes
 // most of a minute.
 //
@@ -73,16 +73,16 @@ func BenchmarkClaim(b *testing.B) {
 	}
 }
 
-// TestSeedClaimSQLIsTheFixture checks that the benchmark runs the seed's
+// TestLegacyClaimSQLIsTheFixture checks that the benchmark runs the legacy worker's
 // claim exactly as the fixture holds it: one statement, its claim shape.
-func TestSeedClaimSQLIsTheFixture(t *testing.T) {
+func TestLegacyClaimSQLIsTheFixture(t *testing.T) {
 	for _, want := range []string{"for update of o skip locked", "order by o.created_at", "limit $1"} {
-		if !strings.Contains(seedClaimSQL, want) {
-			t.Errorf("seedClaimSQL lacks %q", want)
+		if !strings.Contains(legacyClaimSQL, want) {
+			t.Errorf("legacyClaimSQL lacks %q", want)
 		}
 	}
-	if strings.HasSuffix(seedClaimSQL, "\n") || strings.Count(seedClaimSQL, ";") != 0 {
-		t.Errorf("seedClaimSQL must be one statement without a trailing newline: %q", seedClaimSQL)
+	if strings.HasSuffix(legacyClaimSQL, "\n") || strings.Count(legacyClaimSQL, ";") != 0 {
+		t.Errorf("legacyClaimSQL must be one statement without a trailing newline: %q", legacyClaimSQL)
 	}
 }
 

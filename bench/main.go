@@ -1,6 +1,6 @@
-// Command bench runs every measurement of issue 6 side by side, in one run, on
-// its own throwaway PostgreSQL and moto_server: claim scaling against the
-// seed's SQL, worker batch concurrency, statements per job, Secrets Manager
+// Command bench runs every performance measurement side by side, in one run,
+// on its own throwaway PostgreSQL and moto_server: claim scaling against the
+// legacy worker's SQL (testdata/legacy_claim.sql), worker batch concurrency, statements per job, Secrets Manager
 // calls, throughput against River, cold start and size of the bootstraps, and
 // the cost per million commands derived from the counted requests. It prints
 // one markdown table and writes it to results.md (raw samples go to
@@ -24,7 +24,7 @@ import (
 	"time"
 )
 
-// options bound one run. The defaults are the issue's figures; smaller
+// options bound one run. The defaults are the sizes results.md reports; smaller
 // values are for trying the program out, not for results.
 type options struct {
 	out            string

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"integration-outbox/bench/overload"
 	"integration-outbox/internal/outbox"
-	"integration-outbox/internal/overload"
 )
 
 // fairClaimSize is the fair, capped claim at one outbox size.
@@ -318,7 +318,7 @@ type overloadRun struct {
 	New      overload.Result
 }
 
-// overloadScenarios are the issue's scenarios, time scaled by scale: the
+// overloadScenarios are the overload and outage scenarios, time scaled by scale: the
 // 50,000-row backlog (20 tenants, 2 push invocations x batch 10, 2 s a call,
 // lease 900 s) with a small tenant queuing one row 5 minutes in; one
 // connection down (503) beside ten healthy tenants of 550 rows over an
@@ -397,8 +397,8 @@ func overloadMarkdown(runs []overloadRun, fair []fairClaimSize) string {
 		return b.String()
 	}
 	p("\n## Overload and outages\n\n")
-	p("The real dispatcher and push worker against this PostgreSQL, an in-process queue and a simulated provider, time scaled by %.3g (simulated times below; the database's own time is not scaled, so a slow or loaded machine makes every claim and record look slower and the capped runs, which claim more often, pay most for it).", runs[0].Scenario.Scale)
-	p(" Today: the first round's claim (one global order, no caps, no breaker); new: DISPATCH_MAX_IN_FLIGHT 2 × invocations × batch = 40, CONNECTION_MAX_IN_FLIGHT 10, CIRCUIT_FAILURE_THRESHOLD 5, CIRCUIT_COOLDOWN 60 s. The lease-at-start fix is in both.\n\n")
+	p("The real dispatcher and push worker (`bench/overload`) against this PostgreSQL, an in-process queue and a simulated provider, time scaled by %.3g (simulated times below; the database's own time is not scaled, so a slow or loaded machine makes every claim and record look slower and the capped runs, which claim more often, pay most for it).", runs[0].Scenario.Scale)
+	p(" Today: the claim before the in-flight caps (one global order, no caps, no breaker); new: DISPATCH_MAX_IN_FLIGHT 2 × invocations × batch = 40, CONNECTION_MAX_IN_FLIGHT 10, CIRCUIT_FAILURE_THRESHOLD 5, CIRCUIT_COOLDOWN 60 s. The lease-at-start fix is in both.\n\n")
 	for _, r := range runs {
 		p("### %s\n\n| Measure | Today | New |\n|---|---|---|\n", r.Scenario.Name)
 		row := func(name string, f func(overload.Result) string) { p("| %s | %s | %s |\n", name, f(r.Today), f(r.New)) }

@@ -36,8 +36,8 @@ type workerResult struct {
 	StatementsTotal int64
 }
 
-// seqRatio is a batch's wall time over the seed's sequential loop
-// (10 × 100 ms): 1.0 is the seed.
+// seqRatio is a batch's wall time over the legacy worker's sequential loop
+// (10 × 100 ms): 1.0 is the legacy worker.
 func seqRatio(d time.Duration) float64 { return d.Seconds() / (batchSize * providerDelay).Seconds() }
 
 func measureWorker(ctx context.Context, env *benchEnv) (workerResult, error) {

@@ -67,7 +67,7 @@ type dispatchSummary struct {
 	Released    int `json:"released"`
 }
 
-// dispatchWant is what one sample event must do to the seed.
+// dispatchWant is what one sample event must do to the seeded rows.
 type dispatchWant struct {
 	claimed int
 	// full: every due row is taken (36 sent, the unknown command unsupported).

@@ -53,7 +53,7 @@ type rerunResult struct {
 	Dispatched int `json:"dispatched"`
 }
 
-// rerunWant is what one sample event must do to the seed.
+// rerunWant is what one sample event must do to the seeded rows.
 type rerunWant struct {
 	dryRun     bool
 	matched    int

@@ -1,5 +1,5 @@
-// Package config reads the environment variables of DESIGN.md once, at cold
-// start. A malformed variable, or a missing one without a default, is an error
+// Package config reads the environment variables of the functions
+// (docs/configuration.md) once, at cold start. A malformed variable, or a missing one without a default, is an error
 // that names it.
 package config
 
@@ -12,6 +12,11 @@ import (
 	"strings"
 	"time"
 )
+
+// DefaultMaxAttempts is MAX_ATTEMPTS when it is unset: the attempts a row
+// gets before it ends in dead_letter. Every package that takes a zero
+// MaxAttempts to mean the default uses this one.
+const DefaultMaxAttempts = 10
 
 // Config is every setting the functions read.
 type Config struct {
@@ -70,7 +75,7 @@ func Load(getenv func(string) string, need Need) (Config, error) {
 		PushPurchaseOrderQueueURL: r.str("PUSH_PURCHASE_ORDER_QUEUE_URL", ""),
 		ClaimBatchSize:            r.intRange("CLAIM_BATCH_SIZE", 50, 1, 1000),
 		DispatchMaxPerRun:         r.intRange("DISPATCH_MAX_PER_RUN", 5000, 1, 1_000_000),
-		MaxAttempts:               r.intRange("MAX_ATTEMPTS", 10, 1, 1000),
+		MaxAttempts:               r.intRange("MAX_ATTEMPTS", DefaultMaxAttempts, 1, 1000),
 		Lease:                     time.Duration(r.intRange("LEASE_SECONDS", 2400, 1, math.MaxInt32)) * time.Second,
 		PushConcurrency:           r.intRange("PUSH_CONCURRENCY", 10, 1, 1000),
 		ProviderTimeout:           r.duration("PROVIDER_TIMEOUT", 10*time.Second),

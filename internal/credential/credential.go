@@ -1,6 +1,7 @@
 // Package credential resolves an integration connection's credential_reference
 // to the secret it names in AWS Secrets Manager, enforcing the tenant scope
-// rules of DESIGN.md, and caches what it resolved per container.
+// rules (docs/architecture.md, Rules: credentials), and caches what it
+// resolved per container.
 package credential
 
 import (

@@ -66,8 +66,8 @@ type ResolverConfig struct {
 }
 
 // Resolver resolves credential references to credentials, enforcing the
-// scope rules of DESIGN.md, and caches them per container. It is safe for
-// concurrent use.
+// scope rules (docs/architecture.md, Rules: credentials), and caches them per
+// container. It is safe for concurrent use.
 type Resolver struct {
 	api           SecretsAPI
 	scope         scope

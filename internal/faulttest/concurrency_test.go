@@ -275,7 +275,7 @@ func TestConcurrentPipeline(t *testing.T) {
 	runLoad(t, load{rows: 2000, orgs: 10, dispatchers: 4, workers: 4})
 }
 
-// TestStressConcurrentPipeline is the full concurrency run of issue 5:
+// TestStressConcurrentPipeline is the full-size concurrency run:
 // 20,000 rows across 50 organizations. About 15s (30s under -race) on two
 // cores, so it stays in the normal suite; -short leaves it to the 2,000-row
 // run above.

@@ -1,4 +1,4 @@
-// Package faulttest injects the faults and hostile input of issue 5 into the
+// Package faulttest injects faults and hostile input into the
 // whole pipeline (outbox store, dispatcher, push worker, providers,
 // credential resolver) against real PostgreSQL and moto_server, and asserts
 // the end state of every row and what the provider received.

@@ -21,11 +21,6 @@ import (
 	"integration-outbox/internal/report"
 )
 
-// Beginner opens transactions (a pool).
-type Beginner interface {
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
-}
-
 // Config configures an Inspector.
 type Config struct {
 	MaxAttempts int // MAX_ATTEMPTS, to show the attempts a row has left
@@ -34,12 +29,12 @@ type Config struct {
 
 // Inspector answers inspection payloads.
 type Inspector struct {
-	db  Beginner
+	db  pgtx.Beginner
 	cfg Config
 }
 
 // New returns an inspector reading through db.
-func New(db Beginner, cfg Config) *Inspector {
+func New(db pgtx.Beginner, cfg Config) *Inspector {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Inspector{db: db, cfg: cfg}
 }

@@ -1,9 +1,11 @@
-// Package pgtx runs a function in one PostgreSQL transaction.
+// Package pgtx holds what the stores share with PostgreSQL: running a
+// function in one transaction (Do) and binding optional values as null.
 package pgtx
 
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -36,4 +38,22 @@ func Do(ctx context.Context, db Beginner, opts pgx.TxOptions, fn func(pgx.Tx) er
 		return fmt.Errorf("committing: %w", err)
 	}
 	return nil
+}
+
+// Nullable binds an optional text parameter: nil (SQL null) for "", else a
+// pointer to s.
+func Nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// NullableTime binds an optional timestamp parameter: nil (SQL null) for the
+// zero time, else a pointer to t.
+func NullableTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -116,5 +117,23 @@ func TestDoNamesTheFailedStep(t *testing.T) {
 	err = pgtx.Do(context.Background(), db, pgx.TxOptions{}, func(pgx.Tx) error { return nil })
 	if !errors.Is(err, serialization) || err.Error() != "committing: could not serialize access" || !db.tx.rolledBack {
 		t.Fatalf("commit failure: %v, rolled back %v", err, db.tx.rolledBack)
+	}
+}
+
+// An empty value binds as SQL null; any other is passed through a pointer
+// to a copy.
+func TestNullableBindsEmptyValuesAsNull(t *testing.T) {
+	if got := pgtx.Nullable(""); got != nil {
+		t.Errorf(`Nullable("") = %q, want nil`, *got)
+	}
+	if got := pgtx.Nullable("org-a"); got == nil || *got != "org-a" {
+		t.Errorf(`Nullable("org-a") = %v, want a pointer to "org-a"`, got)
+	}
+	if got := pgtx.NullableTime(time.Time{}); got != nil {
+		t.Errorf("NullableTime(zero) = %v, want nil", *got)
+	}
+	at := time.Date(2026, 12, 3, 5, 0, 0, 0, time.UTC)
+	if got := pgtx.NullableTime(at); got == nil || !got.Equal(at) {
+		t.Errorf("NullableTime(%v) = %v, want a pointer to it", at, got)
 	}
 }

@@ -27,8 +27,8 @@ type PurchaseOrderPush struct {
 	CommandType        string
 	IdempotencyKey     string
 	ExternalSupplierID string
-	// PurchaseOrder is the order's columns in camelCase plus "items" (the
-	// seed's line objects), ready to be sent as JSON.
+	// PurchaseOrder is the order's columns in camelCase plus "items" (its
+	// line objects, docs/receivers.md), ready to be sent as JSON.
 	PurchaseOrder json.RawMessage
 }
 

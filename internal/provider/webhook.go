@@ -24,7 +24,7 @@ import (
 	"integration-outbox/internal/credential"
 )
 
-// Webhook defaults, as DESIGN.md states them.
+// Webhook defaults (docs/receivers.md: time limit and response body).
 const (
 	DefaultWebhookTimeout      = 10 * time.Second
 	DefaultWebhookMaxBodyBytes = 1 << 20 // 1 MiB
@@ -195,13 +195,6 @@ func signRequest(h http.Header, cred credential.Credential, id string, t time.Ti
 	h.Set("X-Outbox-Signature", OutboxSignature(plain, t, body))
 	h.Set("webhook-signature", StandardWebhooksSignature(keys, id, t, body))
 	return nil
-}
-
-// Sign returns the X-Outbox-Signature value for body sent at t with one
-// secret: "t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>".
-// Receivers recompute it to authenticate a call.
-func Sign(secret string, t time.Time, body []byte) string {
-	return OutboxSignature([]string{secret}, t, body)
 }
 
 // OutboxSignature returns the X-Outbox-Signature value for body sent at t:

@@ -753,12 +753,12 @@ func TestQuoteBody(t *testing.T) {
 	}
 }
 
-func TestSign(t *testing.T) {
+func TestOutboxSignatureMatchesAReferenceHMAC(t *testing.T) {
 	t.Parallel()
 	// Reference computed outside Go:
 	// printf '1700000000.{}' | openssl dgst -sha256 -hmac key
 	const want = "t=1700000000,v1=9d713ed406bb7076d4123f0dc2c39d2df5c654ed4b0cd56b52c8b4c940bd63ae"
-	if got := Sign("key", testNow, []byte("{}")); got != want {
-		t.Errorf("Sign = %s, want %s", got, want)
+	if got := OutboxSignature([]string{"key"}, testNow, []byte("{}")); got != want {
+		t.Errorf("OutboxSignature = %s, want %s", got, want)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/push"
 )
@@ -50,9 +51,9 @@ func (c *Command) Load(ctx context.Context, jobs []outbox.Job) ([]push.Delivery,
 	n := len(jobs)
 	ids, orgs, orders, locations := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
 	for i, j := range jobs {
-		ids[i], orgs[i], orders[i] = j.ID, j.OrganizationID, nullable(j.LocalEntityID)
+		ids[i], orgs[i], orders[i] = j.ID, j.OrganizationID, pgtx.Nullable(j.LocalEntityID)
 		if j.Connection != nil {
-			locations[i] = nullable(j.Connection.LocationID)
+			locations[i] = pgtx.Nullable(j.Connection.LocationID)
 		}
 	}
 	rows, err := c.db.Query(ctx, loadSQL, ids, orgs, orders, locations)
@@ -93,11 +94,4 @@ func delivery(j outbox.Job, doc []byte) push.Delivery {
 		cred credential.Credential) (provider.Result, error) {
 		return p.(provider.PurchaseOrderPusher).PushPurchaseOrder(ctx, conn, cred, cmd)
 	}}
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // purchaseOrderDocument builds the webhook's purchaseOrder object from the
-// order row (to_jsonb, snake_case columns) and its lines (already in the
-// seed's shape): the columns in camelCase plus "items". Values are copied
+// order row (to_jsonb, snake_case columns) and its lines (already in their
+// wire shape, docs/receivers.md): the columns in camelCase plus "items". Values are copied
 // byte for byte: PostgreSQL produced them, and re-validating them cost more
 // than the rest of the worker (bench/results.md). The renaming runs here, not
 // in SQL, where string work per column dominated the start statement.

@@ -5,7 +5,7 @@ package purchaseorder
 // and of location $4 when the job's connection has one (null: any
 // location). A job whose order does not exist in that scope returns no
 // row. The order's columns come out as they are named (document turns them
-// into camelCase); its lines in the seed's shape, oldest first.
+// into camelCase); its lines in their wire shape (docs/receivers.md), oldest first.
 const loadSQL = `
 select r.outbox_id, to_jsonb(p), coalesce((
         select jsonb_agg(jsonb_build_object(

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"integration-outbox/internal/backoff"
+	"integration-outbox/internal/config"
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/message"
@@ -112,7 +113,7 @@ func New(store Store, creds Credentials, cmd Command, cfg Config) (*Worker, erro
 		return nil, errors.New("push: no command")
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 10)
-	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, config.DefaultMaxAttempts)
 	cfg.ProviderTimeout = cmp.Or(cfg.ProviderTimeout, 10*time.Second)
 	cfg.RecordReserve = cmp.Or(cfg.RecordReserve, 3*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
@@ -535,7 +536,8 @@ func (w *Worker) resolve(ctx context.Context, organizationID, reference string) 
 	return w.creds.Resolve(ctx, organizationID, reference)
 }
 
-// outcome maps a provider's answer to the row's next state (DESIGN.md).
+// outcome maps a provider's answer to the row's next state (docs/architecture.md,
+// Rules: provider result mapping).
 func (w *Worker) outcome(job outbox.Job, res provider.Result, err error) outbox.Outcome {
 	if err == nil {
 		o := outbox.Outcome{ProviderReference: res.ExternalID, ProviderStatus: res.Status}

@@ -407,8 +407,8 @@ func TestSecretCacheMakesOneLookupForManyJobsOnOneConnection(t *testing.T) {
 	}
 }
 
-// The host application inserts rows with only the seed's columns.
-func TestRowWithOnlySeedColumnsIsProcessed(t *testing.T) {
+// The host application inserts rows with only its own columns (none of ours).
+func TestRowWithOnlyTheHostsColumnsIsProcessed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	conn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: b.org})

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"integration-outbox/internal/config"
+	"integration-outbox/internal/pgtx"
 )
 
 // ErrNotFound is returned by Show when the organization has no such row.
@@ -31,10 +34,10 @@ type Reader struct {
 	maxAttempts int
 }
 
-// New returns a reader; maxAttempts is MAX_ATTEMPTS (default 10), used to
+// New returns a reader; maxAttempts is MAX_ATTEMPTS (0: the default), used to
 // show the attempts a row has left.
 func New(db DB, maxAttempts int) *Reader {
-	return &Reader{db: db, maxAttempts: cmp.Or(maxAttempts, 10)}
+	return &Reader{db: db, maxAttempts: cmp.Or(maxAttempts, config.DefaultMaxAttempts)}
 }
 
 // Row is an outbox row as the listings show it.
@@ -76,8 +79,8 @@ type ListParams struct {
 // limit allowed.
 func (r *Reader) List(ctx context.Context, p ListParams) (rows []Row, more bool, err error) {
 	limit := cmp.Or(p.Limit, 50)
-	res, err := r.db.Query(ctx, listSQL, r.maxAttempts, nullable(p.OrganizationID), nullable(p.Status),
-		nullable(p.ConnectionID), limit+1)
+	res, err := r.db.Query(ctx, listSQL, r.maxAttempts, pgtx.Nullable(p.OrganizationID), pgtx.Nullable(p.Status),
+		pgtx.Nullable(p.ConnectionID), limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("listing outbox rows: %w", err)
 	}
@@ -336,7 +339,7 @@ func (r *Reader) Stuck(ctx context.Context, p StuckParams) (Stuck, error) {
 	limit := cmp.Or(p.Limit, 50)
 	accepted := cmp.Or(p.AcceptedFor, time.Hour).Seconds()
 	overdue := cmp.Or(p.OverdueFor, 5*time.Minute).Seconds()
-	org := nullable(p.OrganizationID)
+	org := pgtx.Nullable(p.OrganizationID)
 	var s Stuck
 	for _, q := range []struct {
 		name string
@@ -390,11 +393,4 @@ func (r *Reader) Stuck(ctx context.Context, p StuckParams) (Stuck, error) {
 		return s, fmt.Errorf("reading entities waiting: %w", err)
 	}
 	return s, nil
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }

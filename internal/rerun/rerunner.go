@@ -13,11 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"integration-outbox/internal/config"
 	"integration-outbox/internal/dispatch"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/outbox"
@@ -38,11 +38,6 @@ const (
 	ReasonChanged = "changed during the rerun"
 )
 
-// DB begins transactions (a *pgxpool.Pool).
-type DB interface {
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
-}
-
 // Dispatcher runs one dispatch (a *dispatch.Dispatcher).
 type Dispatcher interface {
 	Run(ctx context.Context, req dispatch.Request) (dispatch.Summary, error)
@@ -58,21 +53,21 @@ type Config struct {
 
 // Rerunner runs reruns.
 type Rerunner struct {
-	db         DB
+	db         pgtx.Beginner
 	dispatcher Dispatcher
 	cfg        Config
 }
 
 // New returns a rerunner. dispatcher may be nil: a rerun asking for
 // dispatchNow is then refused before anything is changed.
-func New(db DB, dispatcher Dispatcher, cfg Config) (*Rerunner, error) {
+func New(db pgtx.Beginner, dispatcher Dispatcher, cfg Config) (*Rerunner, error) {
 	if db == nil {
 		return nil, errors.New("rerun: no database")
 	}
 	if cfg.MaxAttempts < 0 {
 		return nil, fmt.Errorf("rerun: MaxAttempts must not be negative, got %d", cfg.MaxAttempts)
 	}
-	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, config.DefaultMaxAttempts)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Rerunner{db: db, dispatcher: dispatcher, cfg: cfg}, nil
 }
@@ -233,7 +228,7 @@ func (r *Rerunner) requeueIn(ctx context.Context, tx pgx.Tx, req Request) (res R
 	if err != nil {
 		return res, st, fmt.Errorf("encoding skipped rows: %w", err)
 	}
-	if err := tx.QueryRow(ctx, insertAuditSQL, req.OrganizationID, nullable(req.RequestedBy), req.Reason, doc,
+	if err := tx.QueryRow(ctx, insertAuditSQL, req.OrganizationID, pgtx.Nullable(req.RequestedBy), req.Reason, doc,
 		res.Requeued, skippedDoc, req.DispatchNow).Scan(&st.auditID); err != nil {
 		return res, st, fmt.Errorf("writing the audit row: %w", err)
 	}
@@ -256,7 +251,7 @@ func (r *Rerunner) candidates(ctx context.Context, tx pgx.Tx, req Request) ([]ca
 	} else {
 		f := req.Filter
 		rows, err = tx.Query(ctx, selectByFilterSQL+lock, req.OrganizationID, f.Statuses,
-			nullable(f.ConnectionID), nullable(f.CommandType), nullableTime(f.CreatedAfter), nullableTime(f.CreatedBefore), req.Limit)
+			pgtx.Nullable(f.ConnectionID), pgtx.Nullable(f.CommandType), pgtx.NullableTime(f.CreatedAfter), pgtx.NullableTime(f.CreatedBefore), req.Limit)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("selecting rows: %w", err)
@@ -326,20 +321,6 @@ func (r *Rerunner) skipReason(req Request, c candidate) string {
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func nullableTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }
 
 func errString(err error) string {

@@ -25,11 +25,6 @@ import (
 // may still be wanted by an operator looking into an incident.
 const MinAge = time.Hour
 
-// Beginner opens transactions (a pool).
-type Beginner interface {
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
-}
-
 // Config configures a Sweeper.
 type Config struct {
 	// Age is RETENTION_AGE; zero switches retention off.
@@ -49,12 +44,12 @@ type Config struct {
 
 // Sweeper runs retention.
 type Sweeper struct {
-	db  Beginner
+	db  pgtx.Beginner
 	cfg Config
 }
 
 // New returns a sweeper.
-func New(db Beginner, cfg Config) (*Sweeper, error) {
+func New(db pgtx.Beginner, cfg Config) (*Sweeper, error) {
 	if cfg.Age != 0 && cfg.Age < MinAge {
 		return nil, fmt.Errorf("retention: age %s is below the minimum %s", cfg.Age, MinAge)
 	}

@@ -37,7 +37,6 @@ type mainConfig struct {
 	onDemand []*OnDemand
 	setup    []func() error
 	cleanup  []func()
-	leakOpts []goleak.Option
 }
 
 // WithPostgres starts one throwaway cluster before the tests and stores it
@@ -67,12 +66,6 @@ func WithCleanup(fn func()) Option {
 	return func(c *mainConfig) { c.cleanup = append(c.cleanup, fn) }
 }
 
-// IgnoreGoroutines tells the leak check about goroutines that legitimately
-// outlive the tests. Every caller says in a comment why they are not a leak.
-func IgnoreGoroutines(opts ...goleak.Option) Option {
-	return func(c *mainConfig) { c.leakOpts = append(c.leakOpts, opts...) }
-}
-
 func runMain(m *testing.M, opts []Option) int {
 	var c mainConfig
 	for _, o := range opts {
@@ -86,7 +79,7 @@ func runMain(m *testing.M, opts []Option) int {
 	// would idle until their timeout; those of the servers just stopped
 	// have been closed by their peer.
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	if err := goleak.Find(c.leakOpts...); err != nil {
+	if err := goleak.Find(); err != nil {
 		fmt.Fprintln(os.Stderr, "testenv: goroutines still running after the tests:", err)
 		return 1
 	}

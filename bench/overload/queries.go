@@ -1,7 +1,7 @@
 package overload
 
-// legacyClaimSQL is the claim of the first round, verbatim: one global
-// created_at order, no in-flight caps, no circuit breaker. The scenarios run
+// legacyClaimSQL is our claim as it was before the in-flight caps, verbatim:
+// one global created_at order, no in-flight caps, no circuit breaker. The scenarios run
 // it as "today's settings". $1 limit, $2 MAX_ATTEMPTS, $3 lease seconds,
 // $4 optional organization, $5 optional id list.
 const legacyClaimSQL = `

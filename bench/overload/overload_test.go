@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"integration-outbox/internal/overload"
+	"integration-outbox/bench/overload"
 	"integration-outbox/internal/testenv"
 )
 
@@ -16,7 +16,7 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, testenv.WithPostgres(&pg))
 }
 
-// backlog is the issue's first scenario, small: consumers slower than the
+// backlog is the first scenario of `make bench`, small: consumers slower than the
 // schedule (2 invocations x batch 10, 2 s a call) under a backlog that
 // takes longer than the lease to drain, and a small tenant arriving late.
 func backlog() overload.Scenario {

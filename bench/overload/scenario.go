@@ -1,9 +1,13 @@
 // Package overload drives the real dispatcher and push worker against a real
 // PostgreSQL under overload and outages, time scaled down: a simulated SQS
 // queue between them, a simulated provider behind them, and EventBridge's
-// schedule played by a ticker. `make test` runs a small scenario and asserts
-// its invariants; `make bench` runs the issue's scenarios and prints the
-// figures for today's settings and the new ones.
+// schedule played by a ticker. Its tests (run by `make test`, which tests
+// the bench module too) run small scenarios and assert their invariants;
+// `make bench` runs the full-size scenarios and prints the figures for
+// today's settings and the new ones (bench/results.md).
+//
+// It is a measuring harness, not part of any function: it lives in the bench
+// module so that nothing of it reaches the Lambdas' build.
 package overload
 
 import (
@@ -27,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"integration-outbox/internal/backoff"
+	"integration-outbox/internal/config"
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/dispatch"
 	"integration-outbox/internal/outbox"
@@ -59,8 +64,8 @@ type Tenant struct {
 // Settings are the dispatcher and worker settings a scenario runs with.
 type Settings struct {
 	Name string
-	// Legacy claims with the first round's statement (one global created_at
-	// order, no caps).
+	// Legacy claims with the statement that ran before the in-flight caps
+	// (one global created_at order, no caps).
 	Legacy                bool
 	MaxInFlight           int
 	ConnectionMaxInFlight int
@@ -68,8 +73,8 @@ type Settings struct {
 	CircuitCooldown       time.Duration // simulated
 }
 
-// Today is the first round's behaviour: no caps, no breaker, one global
-// order (the lease-at-start fix is in both).
+// Today is the behaviour before the in-flight caps: no caps, no breaker, one
+// global order (the lease-at-start fix is in both).
 func Today() Settings { return Settings{Name: "today", Legacy: true} }
 
 // Defaults are the new defaults for a push side of consumers x batch:
@@ -180,7 +185,7 @@ func Run(ctx context.Context, url string, sc Scenario, st Settings) (Result, err
 	store := &countingStore{Store: outbox.NewStore(pool), pool: pool, legacy: st.Legacy}
 	d, err := dispatch.New(store, queue, dispatch.Config{
 		Routes: dispatch.Routes{purchaseorder.CommandType: "sim"}, BatchSize: sc.ClaimBatch, MaxPerRun: sc.MaxPerRun,
-		MaxAttempts: 10, Lease: sc.real(sc.Lease), Reserve: sc.real(10 * time.Second),
+		MaxAttempts: config.DefaultMaxAttempts, Lease: sc.real(sc.Lease), Reserve: sc.real(10 * time.Second),
 		RoomWait: sc.real(250 * time.Millisecond), MaxInFlight: st.MaxInFlight, ConnectionMaxInFlight: st.ConnectionMaxInFlight,
 		Logger: quiet})
 	if err != nil {
@@ -189,7 +194,7 @@ func Run(ctx context.Context, url string, sc Scenario, st Settings) (Result, err
 	w, err := push.New(outbox.NewStore(pool).WithCircuit(outbox.Circuit{
 		FailureThreshold: st.CircuitThreshold, Cooldown: sc.real(st.CircuitCooldown)}), noCredentials{},
 		purchaseorder.NewCommand(pool), push.Config{
-			Providers: provider.Registry{"sim": prov}, Concurrency: 10, MaxAttempts: 10,
+			Providers: provider.Registry{"sim": prov}, Concurrency: 10, MaxAttempts: config.DefaultMaxAttempts,
 			ProviderTimeout: sc.real(sc.ProviderTimeout), RecordReserve: sc.real(3 * time.Second), Logger: quiet,
 			RetryDelay: func(attempts int, retryAfter time.Duration, jitter float64) time.Duration {
 				return sc.real(backoff.Delay(attempts, retryAfter, jitter))
@@ -366,7 +371,7 @@ func percentile(ds []time.Duration, p int) time.Duration {
 }
 
 // countingStore is the dispatcher's store: it counts expired leases and,
-// for today's settings, claims with the first round's statement.
+// for today's settings, claims with legacyClaimSQL.
 type countingStore struct {
 	*outbox.Store
 	pool   *pgxpool.Pool
