@@ -69,14 +69,24 @@ with c as (
 select c.organization_id::text, c.id::text, po.id::text from c, po`
 
 // rowsSQL queues $4 push_purchase_order rows of one tenant, created a
-// microsecond apart from now. $1 organization, $2 connection, $3 purchase
-// order, $5 key prefix.
+// microsecond apart from now, each for a purchase order of its own (a copy
+// of the tenant's $3): per-entity order holds none back. $1 organization,
+// $2 connection, $5 key prefix.
 const rowsSQL = `
+with orders as (
+    insert into purchase_orders (organization_id, order_number, status, currency_code)
+    select p.organization_id, p.order_number || '-' || g, p.status, p.currency_code
+    from purchase_orders p cross join generate_series(1, $4::int) g
+    where p.id = $3::uuid and p.organization_id = $1::uuid
+    returning id
+), numbered as (
+    select id, row_number() over () as g from orders
+)
 insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
     local_entity_type, local_entity_id, payload_json, idempotency_key, status, created_at)
-select $1::uuid, $2::uuid, 'sim', 'push_purchase_order', 'purchase_order', $3::uuid,
-    '{"externalSupplierId": "SUP-1"}', $5 || g, 'queued', now() + g * interval '1 microsecond'
-from generate_series(1, $4::int) g`
+select $1::uuid, $2::uuid, 'sim', 'push_purchase_order', 'purchase_order', n.id,
+    '{"externalSupplierId": "SUP-1"}', $5 || n.g, 'queued', now() + n.g * interval '1 microsecond'
+from numbered n`
 
 // outcomeSQL sums up the rows of a scenario: per idempotency-key prefix
 // (tenant), rows, attempts, and rows by final status.

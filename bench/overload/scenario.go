@@ -182,7 +182,11 @@ func Run(ctx context.Context, url string, sc Scenario, st Settings) (Result, err
 		quiet = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	queue := newSimQueue()
-	store := &countingStore{Store: outbox.NewStore(pool), pool: pool, legacy: st.Legacy}
+	// One breaker setting for the claim and the record, as the functions
+	// have it.
+	outboxStore := outbox.NewStore(pool).WithCircuit(outbox.Circuit{
+		FailureThreshold: st.CircuitThreshold, Cooldown: sc.real(st.CircuitCooldown)})
+	store := &countingStore{Store: outboxStore, pool: pool, legacy: st.Legacy}
 	d, err := dispatch.New(store, queue, dispatch.Config{
 		Routes: dispatch.Routes{purchaseorder.CommandType: "sim"}, BatchSize: sc.ClaimBatch, MaxPerRun: sc.MaxPerRun,
 		MaxAttempts: config.DefaultMaxAttempts, Lease: sc.real(sc.Lease), Reserve: sc.real(10 * time.Second),
@@ -191,8 +195,7 @@ func Run(ctx context.Context, url string, sc Scenario, st Settings) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
-	w, err := push.New(outbox.NewStore(pool).WithCircuit(outbox.Circuit{
-		FailureThreshold: st.CircuitThreshold, Cooldown: sc.real(st.CircuitCooldown)}), noCredentials{},
+	w, err := push.New(outboxStore, noCredentials{},
 		purchaseorder.NewCommand(pool), push.Config{
 			Providers: provider.Registry{"sim": prov}, Concurrency: 10, MaxAttempts: config.DefaultMaxAttempts,
 			ProviderTimeout: sc.real(sc.ProviderTimeout), RecordReserve: sc.real(3 * time.Second), Logger: quiet,

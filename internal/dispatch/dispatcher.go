@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"golang.org/x/sync/errgroup"
 
+	"integration-outbox/internal/config"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/metrics"
@@ -90,7 +91,7 @@ func New(store Store, sender Sender, cfg Config) (*Dispatcher, error) {
 	}
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, 50)
 	cfg.MaxPerRun = cmp.Or(cfg.MaxPerRun, 5000)
-	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, 10)
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, config.DefaultMaxAttempts)
 	cfg.Lease = cmp.Or(cfg.Lease, 2400*time.Second)
 	cfg.Reserve = cmp.Or(cfg.Reserve, 10*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())

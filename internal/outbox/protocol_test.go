@@ -38,15 +38,15 @@ import (
 //     (connection, entity) are in flight at once, and no command is claimed
 //     while an older one of its entity waits.
 //
-// OUTBOX_PROTOCOL_REVERT_LEASE_FIX=1 starts jobs with the first round's
-// start statement (no lease check at start, no lease extension): the check
-// then fails at once, a row's claim taken while its provider call is in
-// flight (and, without that check, two provider calls in flight for one
-// command): the defect of the "Fix before anyone deploys" issue.
+// OUTBOX_PROTOCOL_REVERT_LEASE_FIX=1 starts jobs with the start statement
+// that came before the lease check (no lease check at start, no lease
+// extension): the check then fails at once, a row's claim taken while its
+// provider call is in flight (and, without that check, two provider calls in
+// flight for one command).
 
-// legacyStartSQL is the first round's start statement, its loading of the
-// job's connection and entity left out (the property counts started rows
-// only): it neither checked nor extended the lease.
+// legacyStartSQL is the start statement that came before the lease check,
+// its loading of the job's connection and entity left out (the property
+// counts started rows only): it neither checked nor extended the lease.
 const legacyStartSQL = `
 with req as (
     select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[]) as r(id, organization_id, claim_token, connection_id)

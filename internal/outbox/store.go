@@ -350,7 +350,7 @@ func claimColumns(claims []Claim) (ids, orgs, tokens []string, conns []*string) 
 		ids = append(ids, c.ID)
 		orgs = append(orgs, c.OrganizationID)
 		tokens = append(tokens, c.ClaimToken)
-		conns = append(conns, nullable(c.ConnectionID))
+		conns = append(conns, pgtx.Nullable(c.ConnectionID))
 	}
 	return ids, orgs, tokens, conns
 }
@@ -409,7 +409,7 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 	conns := make([]*string, len(reqs))
 	until := make([]*time.Time, len(reqs))
 	for i, r := range reqs {
-		ids[i], orgs[i], tokens[i], conns[i] = r.OutboxID, r.OrganizationID, r.ClaimToken, nullable(r.ConnectionID)
+		ids[i], orgs[i], tokens[i], conns[i] = r.OutboxID, r.OrganizationID, r.ClaimToken, pgtx.Nullable(r.ConnectionID)
 		if !r.LeaseUntil.IsZero() {
 			until[i] = &r.LeaseUntil
 		}
@@ -501,17 +501,17 @@ func (s *Store) RecordOutcomes(ctx context.Context, outcomes []Outcome) (Recorde
 	)
 	for i, o := range outcomes {
 		ids[i], orgs[i], tokens[i], statuses[i] = o.OutboxID, o.OrganizationID, o.ClaimToken, string(o.Status)
-		refs[i], provStatuses[i], errs[i] = nullable(o.ProviderReference), nullable(o.ProviderStatus), nullable(o.LastError)
+		refs[i], provStatuses[i], errs[i] = pgtx.Nullable(o.ProviderReference), pgtx.Nullable(o.ProviderStatus), pgtx.Nullable(o.LastError)
 		retry[i] = o.RetryIn.Seconds()
-		ctypes[i], summaries[i], locs[i] = nullable(string(o.ConflictType)), nullable(o.ConflictSummary), nullable(o.LocationID)
-		conns[i] = nullable(o.ConnectionID)
-		callStarts[i], callEnds[i] = nullableTime(o.CallStartedAt), nullableTime(o.CallFinishedAt)
+		ctypes[i], summaries[i], locs[i] = pgtx.Nullable(string(o.ConflictType)), pgtx.Nullable(o.ConflictSummary), pgtx.Nullable(o.LocationID)
+		conns[i] = pgtx.Nullable(o.ConnectionID)
+		callStarts[i], callEnds[i] = pgtx.NullableTime(o.CallStartedAt), pgtx.NullableTime(o.CallFinishedAt)
 		called[i] = o.ProviderCalled
 		if o.HTTPStatus != 0 {
 			code := int32(o.HTTPStatus)
 			httpStatuses[i] = &code
 		}
-		circuit[i] = nullable(o.Circuit)
+		circuit[i] = pgtx.Nullable(o.Circuit)
 	}
 	rows, err := s.db.Query(ctx, recordSQL, pgx.NamedArgs{
 		"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "statuses": statuses,
@@ -549,18 +549,4 @@ func (s *Store) RecordOutcomes(ctx context.Context, outcomes []Outcome) (Recorde
 		return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)
 	}
 	return r, nil
-}
-
-func nullableTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }
