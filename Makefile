@@ -102,7 +102,7 @@ build/%.zip: build/%/bootstrap
 
 # `sam build` (BuildMethod: makefile) runs build-<LogicalId> with ARTIFACTS_DIR.
 # The map from logical id to folder must match template.yaml's CodeUri.
-.PHONY: build-DispatchFunction build-PushPurchaseOrderFunction build-RerunFunction build-InspectFunction build-RetentionFunction
+.PHONY: build-DispatchFunction build-PushPurchaseOrderFunction build-RerunFunction build-InspectFunction build-RetentionFunction build-ReleaseDeadLettersFunction
 build-DispatchFunction: build/dispatch/bootstrap
 	$(sam-artifact)
 build-PushPurchaseOrderFunction: build/push-purchase-order/bootstrap
@@ -112,6 +112,8 @@ build-RerunFunction: build/rerun/bootstrap
 build-InspectFunction: build/inspect/bootstrap
 	$(sam-artifact)
 build-RetentionFunction: build/retention/bootstrap
+	$(sam-artifact)
+build-ReleaseDeadLettersFunction: build/release-dead-letters/bootstrap
 	$(sam-artifact)
 
 define sam-artifact

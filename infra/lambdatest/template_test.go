@@ -3,6 +3,8 @@ package lambdatest_test
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -295,6 +297,9 @@ func leaseProblems(c cfnTemplate) []string {
 				out = append(out, where+": Queue must be !GetAtt <queue of this template>.Arn")
 				continue
 			}
+			if len(c.deadLetterSources()[queue]) > 0 {
+				continue // a dead-letter consumer: deadLetterConsumerProblems
+			}
 			problem := func(err error) { out = append(out, where+": "+err.Error()) }
 			timeout, err := c.intValue(c.functionProperty(fn, "Timeout"), fn+".Timeout")
 			if err != nil {
@@ -343,6 +348,153 @@ func leaseProblems(c cfnTemplate) []string {
 	return out
 }
 
+// deadLetterSources maps each queue that a RedrivePolicy names as its
+// dead-letter queue to those source queues.
+func (c cfnTemplate) deadLetterSources() map[string][]string {
+	out := map[string][]string{}
+	for _, src := range c.resourcesOfType("AWS::SQS::Queue") {
+		if dlq, ok := c.redriveTarget(src); ok {
+			out[dlq] = append(out[dlq], src)
+		}
+	}
+	return out
+}
+
+// redriveTarget is the queue a queue's RedrivePolicy moves messages to.
+func (c cfnTemplate) redriveTarget(queue string) (string, bool) {
+	rp, err := object(c.property(queue, "RedrivePolicy"))
+	if err != nil || rp == nil {
+		return "", false
+	}
+	dlq, attr, ok := getAtt(get(rp, "deadLetterTargetArn"))
+	return dlq, ok && attr == "Arn"
+}
+
+// sqsEventSource is one SQS event of a function.
+type sqsEventSource struct {
+	where, function string
+	props           *yaml.Node
+}
+
+// sqsEventSources maps each queue to the SQS event sources that consume it.
+func (c cfnTemplate) sqsEventSources() map[string][]sqsEventSource {
+	out := map[string][]sqsEventSource{}
+	for _, fn := range c.resourcesOfType("AWS::Serverless::Function") {
+		events := c.property(fn, "Events")
+		if events == nil {
+			continue
+		}
+		for i := 0; i+1 < len(events.Content); i += 2 {
+			ev := events.Content[i+1]
+			if typ := get(ev, "Type"); typ == nil || typ.Value != "SQS" {
+				continue
+			}
+			if queue, _, ok := getAtt(get(ev, "Properties", "Queue")); ok {
+				out[queue] = append(out[queue], sqsEventSource{
+					where: fmt.Sprintf("%s.Events.%s", fn, events.Content[i].Value), function: fn, props: get(ev, "Properties")})
+			}
+		}
+	}
+	return out
+}
+
+// deadLetterConsumerProblems checks the dead-letter queue of every queue a
+// function consumes. It must itself be consumed (a message there means the
+// push function failed on every delivery; its row keeps its lease and its
+// place in the in-flight caps until LEASE_SECONDS unless the consumer
+// releases it), and that consumer must be deployable and lossless:
+//   - the queue's VisibilityTimeout at least the consumer's Timeout (Lambda
+//     refuses the event source otherwise), and at least six times it (AWS's
+//     advice for SQS event sources, room for throttle retries);
+//   - ReportBatchItemFailures, or the records the consumer reports as
+//     failed (database unreachable) would be deleted with the batch;
+//   - a MessageRetentionPeriod longer than the source queue's (SQS keeps a
+//     message's original enqueue time when it moves it, so a shorter one
+//     drops messages before they are read);
+//   - no RedrivePolicy chain leading back to a source queue (a loop that
+//     would push stale commands again).
+func deadLetterConsumerProblems(c cfnTemplate) []string {
+	var out []string
+	consumers := c.sqsEventSources()
+	sources := c.deadLetterSources()
+	retention := func(q string) (int, error) {
+		if n := c.property(q, "MessageRetentionPeriod"); n != nil {
+			return c.intValue(n, q+".MessageRetentionPeriod")
+		}
+		return 345600, nil // SQS's default, 4 days
+	}
+	dlqs := make([]string, 0, len(sources))
+	for dlq := range sources {
+		dlqs = append(dlqs, dlq)
+	}
+	sort.Strings(dlqs)
+	for _, dlq := range dlqs {
+		consumedSources := 0
+		for _, src := range sources[dlq] {
+			if len(consumers[src]) > 0 {
+				consumedSources++
+			}
+		}
+		if consumedSources == 0 {
+			continue // not the dead-letter queue of a function's queue
+		}
+		if len(consumers[dlq]) == 0 {
+			out = append(out, fmt.Sprintf("%s: no function consumes it: the rows of its messages stay leased until LEASE_SECONDS", dlq))
+			continue
+		}
+		for _, ev := range consumers[dlq] {
+			timeout, err := c.intValue(c.functionProperty(ev.function, "Timeout"), ev.function+".Timeout")
+			if err != nil {
+				out = append(out, ev.where+": "+err.Error())
+				continue
+			}
+			visibility := 30 // SQS's default
+			if n := c.property(dlq, "VisibilityTimeout"); n != nil {
+				if visibility, err = c.intValue(n, dlq+".VisibilityTimeout"); err != nil {
+					out = append(out, ev.where+": "+err.Error())
+					continue
+				}
+			}
+			if visibility < timeout {
+				out = append(out, fmt.Sprintf("%s: %s.VisibilityTimeout %d is under the function's Timeout %d: Lambda refuses the event source",
+					ev.where, dlq, visibility, timeout))
+			} else if visibility < 6*timeout {
+				out = append(out, fmt.Sprintf("%s: %s.VisibilityTimeout %d is under 6 × the function's Timeout %d", ev.where, dlq, visibility, timeout))
+			}
+			reports := false
+			if types := get(ev.props, "FunctionResponseTypes"); types != nil {
+				for _, t := range types.Content {
+					reports = reports || t.Value == "ReportBatchItemFailures"
+				}
+			}
+			if !reports {
+				out = append(out, ev.where+": FunctionResponseTypes lacks ReportBatchItemFailures: records it reports as failed would be deleted")
+			}
+		}
+		kept, err := retention(dlq)
+		if err != nil {
+			out = append(out, err.Error())
+		}
+		for _, src := range sources[dlq] {
+			if srcKept, err := retention(src); err != nil {
+				out = append(out, err.Error())
+			} else if kept <= srcKept {
+				out = append(out, fmt.Sprintf("%s: MessageRetentionPeriod %d must exceed its source %s's %d (a moved message keeps its enqueue time)",
+					dlq, kept, src, srcKept))
+			}
+		}
+		seen := map[string]bool{dlq: true}
+		for q, ok := c.redriveTarget(dlq); ok && !seen[q]; q, ok = c.redriveTarget(q) {
+			seen[q] = true
+			if slices.Contains(sources[dlq], q) {
+				out = append(out, fmt.Sprintf("%s: its RedrivePolicy leads back to its source %s: a loop", dlq, q))
+				break
+			}
+		}
+	}
+	return out
+}
+
 // ------------------------------------------------------------------- tests
 
 func TestTemplateDeadLetterQueuesAllowTheirSources(t *testing.T) {
@@ -356,6 +508,81 @@ func TestTemplateLeaseOutlastsQueueRedeliveries(t *testing.T) {
 	t.Parallel()
 	if problems := leaseProblems(loadTemplate(t)); len(problems) > 0 {
 		t.Fatalf("template.yaml:\n%s", strings.Join(problems, "\n"))
+	}
+}
+
+func TestTemplateDeadLetterQueueIsConsumedSafely(t *testing.T) {
+	t.Parallel()
+	c := loadTemplate(t)
+	if problems := deadLetterConsumerProblems(c); len(problems) > 0 {
+		t.Fatalf("template.yaml:\n%s", strings.Join(problems, "\n"))
+	}
+	if len(c.sqsEventSources()["PushPurchaseOrderDeadLetterQueue"]) == 0 {
+		t.Fatal("template.yaml: nothing consumes PushPurchaseOrderDeadLetterQueue")
+	}
+}
+
+// The dead-letter consumer rules catch what they are for, on small templates.
+func TestTemplateDeadLetterRulesCatchTheirCases(t *testing.T) {
+	t.Parallel()
+	const tmpl = `
+Globals:
+  Function:
+    Timeout: 60
+Resources:
+  Dlq:
+    Type: AWS::SQS::Queue
+    Properties:
+      MessageRetentionPeriod: %d
+      VisibilityTimeout: %d
+%s
+  Q:
+    Type: AWS::SQS::Queue
+    Properties:
+      MessageRetentionPeriod: 86400
+      VisibilityTimeout: 360
+      RedrivePolicy: {deadLetterTargetArn: !GetAtt Dlq.Arn, maxReceiveCount: 5}
+  Push:
+    Type: AWS::Serverless::Function
+    Properties:
+      Events:
+        Queue: {Type: SQS, Properties: {Queue: !GetAtt Q.Arn, FunctionResponseTypes: [ReportBatchItemFailures]}}
+%s
+`
+	const consumer = `  Release:
+    Type: AWS::Serverless::Function
+    Properties:
+      Timeout: 30
+      Events:
+        Dead: {Type: SQS, Properties: {Queue: !GetAtt Dlq.Arn%s}}`
+	const reports = ", FunctionResponseTypes: [ReportBatchItemFailures]"
+	for _, tc := range []struct {
+		name                  string
+		retention, visibility int
+		dlqExtra, consumer    string
+		want                  []string
+	}{
+		{"consistent", 1209600, 180, "", fmt.Sprintf(consumer, reports), nil},
+		{"no consumer", 1209600, 180, "", "", []string{"no function consumes it"}},
+		{"visibility under the timeout", 1209600, 20, "", fmt.Sprintf(consumer, reports), []string{"Lambda refuses"}},
+		{"visibility under 6 × the timeout", 1209600, 60, "", fmt.Sprintf(consumer, reports), []string{"under 6"}},
+		{"no partial batch responses", 1209600, 180, "", fmt.Sprintf(consumer, ""), []string{"ReportBatchItemFailures"}},
+		{"retention not longer than the source's", 86400, 180, "", fmt.Sprintf(consumer, reports), []string{"must exceed"}},
+		{"redrive back to the source", 1209600, 180,
+			"      RedrivePolicy: {deadLetterTargetArn: !GetAtt Q.Arn, maxReceiveCount: 5}", fmt.Sprintf(consumer, reports),
+			// Q is then Dlq's dead-letter queue too, so the loop shows from both ends.
+			[]string{"leads back to its source Q", "must exceed its source Dlq", "leads back to its source Dlq"}},
+	} {
+		got := deadLetterConsumerProblems(parseTemplate(t, fmt.Appendf(nil, tmpl, tc.retention, tc.visibility, tc.dlqExtra, tc.consumer)))
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: problems %q, want %d", tc.name, got, len(tc.want))
+			continue
+		}
+		for i, w := range tc.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: problem %q, want %q", tc.name, got[i], w)
+			}
+		}
 	}
 }
 

@@ -168,7 +168,8 @@ var awsMetrics = map[string]struct {
 
 // emitted runs the functions' real emitters through internal/app — a
 // dispatch run, push batches with a completed, a failed and a dead-lettered
-// webhook row and a malformed message, a rerun with dispatchNow — and
+// webhook row and a malformed message, a rerun with dispatchNow, a
+// dead-letter batch — and
 // returns the EMF they wrote.
 func emitted(t *testing.T) []emfLine {
 	t.Helper()
@@ -201,6 +202,14 @@ func emitted(t *testing.T) []emfLine {
 	req, _ := json.Marshal(map[string]any{"organizationId": p.org, "outboxIds": []string{last}, "resetAttempts": true,
 		"dispatchNow": true, "reason": "opstest", "requestedBy": "opstest"})
 	if _, err := r.Handle(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	// The dead-letter consumer: one batch writes all its counters.
+	rel, err := p.app.DeadLetterReleaser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rel.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{MessageId: "dead", Body: "{"}}}); err != nil {
 		t.Fatal(err)
 	}
 	out := []byte(p.out.String())

@@ -20,8 +20,10 @@ import (
 // The delivery protocol as a state machine, against the real PostgreSQL:
 // random interleavings of dispatch runs (with the in-flight caps), deliveries
 // (duplicate, late, after the lease expired), crashes before and during a
-// provider call, provider outcomes, reruns, and time passing (which opens,
-// half-opens and closes circuits), checking after every step that
+// provider call, provider outcomes, reruns, messages moved to the
+// dead-letter queue and released by its consumer (sometimes twice), and time
+// passing (which opens, half-opens and closes circuits), checking after every
+// step that
 //
 //   - no command ever has two provider calls in flight, and nothing
 //     reclaims or dead-letters a row whose provider call is in flight;
@@ -122,6 +124,7 @@ func TestDeliveryProtocolProperties(t *testing.T) {
 			"crashDuringCall": p.crashDuringCall,
 			"advance":         p.advance,
 			"rerun":           p.rerun,
+			"deadLetter":      p.deadLetter,
 			"":                p.check,
 		})
 	})
@@ -422,6 +425,52 @@ func (p *protocol) rerun(rt *rapid.T) {
 			delete(p.current, id)
 		}
 	}
+}
+
+// deadLetter moves a queued message to the dead-letter queue (the push
+// function failed on all its deliveries) and runs the dead-letter
+// consumer's release on it, sometimes twice (SQS delivers at least once).
+// The release takes the row only while it is that message's current claim
+// and no provider call of it can be running; check then verifies that no
+// call in flight lost its claim.
+func (p *protocol) deadLetter(rt *rapid.T) {
+	if len(p.queue) == 0 {
+		rt.Skip("no message")
+	}
+	ctx := context.Background()
+	i := rapid.IntRange(0, len(p.queue)-1).Draw(rt, "dead-lettered message")
+	m := p.queue[i]
+	p.queue = slices.Delete(p.queue, i, i+1)
+	msg := outbox.DeadLetteredMessage{OutboxID: m.claim.ID, OrganizationID: m.claim.OrganizationID,
+		ConnectionID: m.claim.ConnectionID, ClaimToken: m.claim.ClaimToken}
+	var status, token string
+	var unstarted, answered bool
+	if err := p.pool.QueryRow(ctx, `select status, coalesce(claim_token::text, ''), started_at is null, provider_status is not null
+		from external_integration_outbox where id = $1`, m.claim.ID).Scan(&status, &token, &unstarted, &answered); err != nil {
+		rt.Fatal(err)
+	}
+	released, err := p.store.ReleaseDeadLettered(ctx, []outbox.DeadLetteredMessage{msg}, propMaxAttempts)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	if len(released) == 1 {
+		if p.current[m.claim.ID] != m.claim.ClaimToken {
+			rt.Fatalf("row %s released by a dead-letter message whose claim is not current", m.claim.ID)
+		}
+		delete(p.current, m.claim.ID)
+	} else if status == "processing" && token == m.claim.ClaimToken && unstarted && !answered {
+		rt.Fatalf("row %s not released though it is still the unstarted claim of its dead-letter message", m.claim.ID)
+	}
+	if rapid.Bool().Draw(rt, "dead-letter message delivered twice") {
+		again, err := p.store.ReleaseDeadLettered(ctx, []outbox.DeadLetteredMessage{msg}, propMaxAttempts)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if len(again) != 0 {
+			rt.Fatalf("row %s released twice by the same dead-letter message", m.claim.ID)
+		}
+	}
+	p.checkCaps(rt)
 }
 
 func (p *protocol) openCircuits(rt *rapid.T) map[string]bool {
