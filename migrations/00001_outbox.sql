@@ -14,6 +14,9 @@
 -- objects: never a host table, never a column the host had before.
 
 -- +goose Up
+-- This file touches only our own tables and functions; a lock it cannot get
+-- within the timeout is another session's: the run fails and can be repeated.
+set local lock_timeout = '5s';
 create table if not exists integration_outbox_owned_objects (
     id bigint generated always as identity primary key,
     migration bigint not null,
@@ -39,6 +42,7 @@ create index if not exists external_integration_rerun_audit_org_idx
     on external_integration_rerun_audit (organization_id, created_at);
 
 -- +goose Down
+set local lock_timeout = '5s';
 -- The Installer has already dropped what this migration recorded on the host
 -- tables. Then our own tables; the host tables stay. The ownership functions
 -- are those of installs made before the Installer (migration 5 drops them).

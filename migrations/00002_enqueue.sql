@@ -13,6 +13,9 @@
 -- are still honoured: the function returns the oldest row with the key.
 
 -- +goose Up
+-- This file touches only our own tables and functions; a lock it cannot get
+-- within the timeout is another session's: the run fails and can be repeated.
+set local lock_timeout = '5s';
 -- The idempotency_enforced column and the two key indexes on the host's
 -- table are declared for this migration in internal/migrate/hostobjects.go:
 -- the Installer adds them (indexes built CONCURRENTLY) before this file runs,
@@ -158,5 +161,6 @@ $fn$;
 -- +goose StatementEnd
 
 -- +goose Down
+set local lock_timeout = '5s';
 drop function if exists integration_outbox_enqueue(uuid, uuid, text, text, uuid, jsonb, text);
 drop function if exists integration_outbox_enqueue_existing(uuid, text);

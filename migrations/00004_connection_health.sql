@@ -3,6 +3,9 @@
 -- container of the fleet.
 
 -- +goose Up
+-- This file touches only our own tables and functions; a lock it cannot get
+-- within the timeout is another session's: the run fails and can be repeated.
+set local lock_timeout = '5s';
 
 -- The claim's walk, orphan and per-connection leased indexes on the host's
 -- outbox are declared for this migration in internal/migrate/hostobjects.go
@@ -26,4 +29,5 @@ create index if not exists integration_outbox_connection_health_org_idx
     on integration_outbox_connection_health (organization_id);
 
 -- +goose Down
+set local lock_timeout = '5s';
 drop table if exists integration_outbox_connection_health;

@@ -7,6 +7,9 @@
 -- puts migration 2's body back.
 
 -- +goose Up
+-- This file touches only our own tables and functions; a lock it cannot get
+-- within the timeout is another session's: the run fails and can be repeated.
+set local lock_timeout = '5s';
 -- +goose StatementBegin
 create or replace function integration_outbox_enqueue(
     organization_id uuid,
@@ -127,6 +130,7 @@ $fn$;
 -- +goose StatementEnd
 
 -- +goose Down
+set local lock_timeout = '5s';
 -- +goose StatementBegin
 create or replace function integration_outbox_enqueue(
     organization_id uuid,
