@@ -161,14 +161,17 @@ func run(ctx context.Context, databaseURL string, cfg Config, up bool, fn func(s
 	defer db.Close()
 	stepsCfg := connCfg.Copy()
 	stepsCfg.Tracer = cfg.Tracer
-	// A killed migrator's backend notices it is gone within a second, instead
-	// of finishing (or waiting on) a concurrent index build alone.
-	stepsCfg.RuntimeParams["client_connection_check_interval"] = "1000"
 	conn, err := pgx.ConnectConfig(ctx, stepsCfg)
 	if err != nil {
 		return fmt.Errorf("connecting: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	// A killed migrator's backend notices it is gone within a second (from
+	// PostgreSQL 14), instead of finishing a concurrent index build alone.
+	if _, err := conn.Exec(ctx, `select set_config('client_connection_check_interval', '1s', false)
+		where current_setting('server_version_num')::int >= 140000`); err != nil {
+		return fmt.Errorf("configuring the session: %w", err)
+	}
 	if _, err := conn.Exec(ctx, "select pg_advisory_lock($1)", int64(runLockKey)); err != nil {
 		return fmt.Errorf("waiting for another migration run: %w", err)
 	}
