@@ -34,7 +34,9 @@ type InstallerConfig struct {
 	// long a host write can queue behind it (default 200ms).
 	LockTimeout time.Duration
 	// MaxAttempts is how many times an ALTER is tried before the install
-	// fails (default 30, about two minutes of backoff).
+	// fails (default 60, about four minutes of backoff: an autovacuum of the
+	// table holds a lock an ALTER waits for, and does not yield to a wait
+	// shorter than deadlock_timeout).
 	MaxAttempts int
 }
 
@@ -43,7 +45,7 @@ type InstallerConfig struct {
 func NewInstaller(conn *pgx.Conn, log *slog.Logger, cfg InstallerConfig) *Installer {
 	return &Installer{conn: conn, log: log,
 		lockTimeout: cmp.Or(cfg.LockTimeout, 200*time.Millisecond),
-		maxAttempts: cmp.Or(cfg.MaxAttempts, 30)}
+		maxAttempts: cmp.Or(cfg.MaxAttempts, 60)}
 }
 
 // ownedObjectsSQL creates the bookkeeping table (also created by migration 1,
@@ -143,12 +145,14 @@ func (in *Installer) installConstraint(ctx context.Context, version int64, c Con
 	if !owned || valid {
 		return nil // the host's own constraint of that name, or ours already validated
 	}
-	// Validation scans the table under SHARE UPDATE EXCLUSIVE: writes go on.
+	// Validation scans the table under SHARE UPDATE EXCLUSIVE, which no
+	// write conflicts with, so it may wait for its lock (behind an
+	// autovacuum, which yields to it) without holding writes back.
 	stmt := fmt.Sprintf("alter table %s validate constraint %s", ident(c.Table), ident(c.Name))
-	return in.brief(ctx, stmt, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, stmt)
-		return err
-	})
+	if err := in.exec(ctx, 0, stmt); err != nil {
+		return fmt.Errorf("%s: %w", stmt, err)
+	}
+	return nil
 }
 
 // existingIndex is what the catalog says of a relation with an index's name
