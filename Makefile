@@ -22,6 +22,11 @@ RIE_MODULE := github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambd
 RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 RIE := $(CURDIR)/bin/aws-lambda-rie
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# squawk, the migration linter, from the npm registry into a project-local
+# directory (its configuration, with each rule we ignore and why: .squawk.toml).
+SQUAWK_VERSION := 2.66.0
+SQUAWK_DIR := bin/squawk-$(SQUAWK_VERSION)
+SQUAWK := $(SQUAWK_DIR)/node_modules/.bin/squawk
 
 # Local stand-ins the integration tests start (see internal/testenv).
 PG_BIN_DIR ?= /usr/lib/postgresql/15/bin
@@ -40,7 +45,12 @@ help: ## List the targets
 ## ---------------------------------------------------------------- tools
 
 .PHONY: tools
-tools: $(RIE) postgres-server moto-server ## Install aws-lambda-rie into ./bin; check PostgreSQL 15 and moto_server
+tools: $(RIE) $(SQUAWK) postgres-server moto-server ## Install aws-lambda-rie and squawk into ./bin; check PostgreSQL 15 and moto_server
+
+# squawk-cli pinned, installed with npm under bin/squawk-<version>.
+$(SQUAWK):
+	@command -v npm >/dev/null || { echo "squawk: npm is missing; install Node.js (apt-get install -y nodejs npm)"; exit 1; }
+	npm install --prefix $(SQUAWK_DIR) --no-save --no-audit --no-fund --loglevel=error squawk-cli@$(SQUAWK_VERSION)
 
 # bin/aws-lambda-rie links to a file named after the version, so changing
 # RIE_VERSION installs the new one.
@@ -147,7 +157,7 @@ test-stress: ## Run the stress tests (build tag stress)
 	$(GO) test -race -count=1 -run Stress -tags stress ./...
 
 .PHONY: lint
-lint: ## gofmt, go vet, staticcheck, go mod tidy check, cfn-lint
+lint: $(SQUAWK) ## gofmt, go vet, staticcheck, go mod tidy check, squawk over migrations/*.sql, cfn-lint
 	@unformatted=$$(gofmt -l $$(find . -name '*.go' -not -path './.venv/*' -not -path './build/*' -not -path './.aws-sam/*')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
@@ -157,6 +167,7 @@ lint: ## gofmt, go vet, staticcheck, go mod tidy check, cfn-lint
 		echo "lint: module $$m"; \
 		(cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && $(GO) mod tidy -diff) || exit 1; \
 	done
+	$(SQUAWK) --config .squawk.toml migrations/*.sql
 	cfn-lint template.yaml
 
 ## ---------------------------------------------------------------- run

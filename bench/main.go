@@ -37,13 +37,20 @@ type options struct {
 	fairSizes      []int
 	overloadRows   int
 	overloadScale  float64
+	installSizes   []int
+	installRate    int
+	installWindow  time.Duration
+	// only, when set, runs that one measurement ("install") and writes the
+	// table only where -out says.
+	only string
 }
 
 func main() {
 	var (
-		o         options
-		sizes     string
-		fairSizes string
+		o            options
+		sizes        string
+		fairSizes    string
+		installSizes string
 	)
 	flag.StringVar(&o.out, "out", "results.md", "where to write the table (a results.raw beside it gets the raw samples)")
 	flag.StringVar(&sizes, "claim-sizes", "10000,100000,1000000", "outbox sizes of the claim measurement")
@@ -55,7 +62,20 @@ func main() {
 	flag.IntVar(&o.overloadRows, "overload-rows", 50000, "rows of the overload backlog scenario (0: skip the overload scenarios)")
 	flag.Float64Var(&o.overloadScale, "overload-scale", 0.03, "real time per simulated time in the overload scenarios")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the throughput measurement (ours and River's runs) to this file")
+	flag.StringVar(&installSizes, "install-sizes", "1000000,10000000", "host outbox sizes of the live install measurement")
+	flag.IntVar(&o.installRate, "install-rate", 50, "host inserts per second during the live install measurement")
+	flag.DurationVar(&o.installWindow, "install-window", 10*time.Second, "how long the host's inserts run alone, for the reference")
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install" (the table goes to stdout, and to -out only when given)`)
 	flag.Parse()
+	outGiven := false
+	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
+	if o.only != "" && o.only != "install" {
+		fmt.Fprintln(os.Stderr, `bench: -only: "install" is the only measurement that runs alone`)
+		os.Exit(2)
+	}
+	if o.only != "" && !outGiven {
+		o.out = ""
+	}
 	var err error
 	if o.claimSizes, err = parseSizes(sizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -63,6 +83,10 @@ func main() {
 	}
 	if o.fairSizes, err = parseSizes(fairSizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -fair-claim-sizes:", err)
+		os.Exit(2)
+	}
+	if o.installSizes, err = parseInstallSizes(installSizes); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -install-sizes:", err)
 		os.Exit(2)
 	}
 
@@ -89,6 +113,18 @@ func parseSizes(s string) ([]int, error) {
 	return out, nil
 }
 
+func parseInstallSizes(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(f), &n); err != nil || n < 1000 {
+			return nil, fmt.Errorf("%q is not a size of at least 1000", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 // run builds what it needs, starts the servers, measures, and writes the
 // table. A measurement that fails is reported in the table and fails the run
 // at the end; the others still run.
@@ -107,14 +143,16 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	}
 	defer os.RemoveAll(work)
 
-	r := &report{Began: began, Machine: describeMachine(), Command: commandLine(args)}
+	r := &report{Began: began, Machine: describeMachine(), Command: commandLine(args), Only: o.only}
 
 	// Everything that compiles runs first, so no compiler competes with a
 	// measurement for the two cores.
-	log.Info("building bootstraps, the River harness and the emulator")
-	arts, err := buildArtifacts(ctx, log, repo, work)
-	if err != nil {
-		return err
+	arts := &artifacts{}
+	if o.only == "" {
+		log.Info("building bootstraps, the River harness and the emulator")
+		if arts, err = buildArtifacts(ctx, log, repo, work); err != nil {
+			return err
+		}
 	}
 
 	log.Info("starting PostgreSQL and moto_server")
@@ -137,6 +175,13 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 			failed = append(failed, fmt.Errorf("%s: %w", name, err))
 		}
 		log.Info("measured", "what", name, "took", time.Since(t).Round(time.Millisecond))
+	}
+	step("live install", func() (err error) {
+		r.Install, err = measureInstall(ctx, log, env, o.installSizes, o.installRate, o.installWindow)
+		return
+	})
+	if o.only != "" {
+		return finish(ctx, log, r, o, began, failed)
 	}
 	step("claim scaling", func() (err error) { r.Claim, err = measureClaims(ctx, log, env, o.claimSizes, o.claimRuns); return })
 	step("fair claim scaling", func() (err error) { r.Fair, err = measureFairClaims(ctx, log, env, o.fairSizes, o.claimRuns); return })
@@ -164,15 +209,23 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 		r.Cold, err = measureColdStarts(ctx, log, env, arts, o.coldStarts)
 		return
 	})
+	r.Sizes = arts.sizes
+	r.Memory = templateMemory(repo)
+	return finish(ctx, log, r, o, began, failed)
+}
+
+// finish prints the table and writes it, with the raw samples, to o.out
+// (nowhere when o.out is empty).
+func finish(ctx context.Context, log *slog.Logger, r *report, o options, began time.Time, failed []error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("interrupted: %w", err)
 	}
-	r.Sizes = arts.sizes
-	r.Memory = templateMemory(repo)
 	r.Took = time.Since(began)
-
 	table := r.markdown()
 	fmt.Print(table)
+	if o.out == "" {
+		return errors.Join(failed...)
+	}
 	if err := os.WriteFile(o.out, []byte(table), 0o644); err != nil {
 		return fmt.Errorf("writing %s: %w", o.out, err)
 	}

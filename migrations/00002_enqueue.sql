@@ -13,18 +13,15 @@
 -- are still honoured: the function returns the oldest row with the key.
 
 -- +goose Up
--- Our column and indexes on the host's table go through the ownership
--- functions of 00001: added only where the host lacks them, recorded, and
--- dropped by this migration's down step only if this up step added them.
-select integration_outbox_own_column(2, 'external_integration_outbox', 'idempotency_enforced',
-    'boolean not null default false');
-
--- Together the two indexes hold one entry per row with a key: the unique one
--- for the function's rows, the plain one for every other row.
-select integration_outbox_own_index(2, 'external_integration_outbox', 'external_integration_outbox_enqueue_key_idx',
-    '(organization_id, idempotency_key) where idempotency_enforced', true);
-select integration_outbox_own_index(2, 'external_integration_outbox', 'external_integration_outbox_legacy_key_idx',
-    '(organization_id, idempotency_key, created_at) where not idempotency_enforced and idempotency_key is not null');
+-- This file touches only our own tables and functions; a lock it cannot get
+-- within the timeout is another session's: the run fails and can be repeated.
+set local lock_timeout = '5s';
+-- The idempotency_enforced column and the two key indexes on the host's
+-- table are declared for this migration in internal/migrate/hostobjects.go:
+-- the Installer adds them (indexes built CONCURRENTLY) before this file runs,
+-- only where the host lacks them, and drops them on the way down only if it
+-- added them. Together the two indexes hold one entry per row with a key: the
+-- unique one for the function's rows, the plain one for every other row.
 
 -- +goose StatementBegin
 -- The oldest row holding the key (created_at, then id): the one the first
@@ -164,6 +161,6 @@ $fn$;
 -- +goose StatementEnd
 
 -- +goose Down
+set local lock_timeout = '5s';
 drop function if exists integration_outbox_enqueue(uuid, uuid, text, text, uuid, jsonb, text);
 drop function if exists integration_outbox_enqueue_existing(uuid, text);
-select integration_outbox_drop_owned(2);

@@ -8,6 +8,9 @@
 -- Retention (RETENTION_AGE) deletes a row's attempts with the row.
 
 -- +goose Up
+-- This file touches only our own tables and functions; a lock it cannot get
+-- within the timeout is another session's: the run fails and can be repeated.
+set local lock_timeout = '5s';
 create table if not exists external_integration_attempts (
     id uuid primary key default gen_random_uuid(),
     outbox_id uuid not null,
@@ -27,4 +30,5 @@ create index if not exists external_integration_attempts_outbox_idx
     on external_integration_attempts (organization_id, outbox_id, attempt);
 
 -- +goose Down
+set local lock_timeout = '5s';
 drop table if exists external_integration_attempts;

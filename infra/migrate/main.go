@@ -1,7 +1,9 @@
 // Command migrate applies the outbox migrations to $DATABASE_URL (make migrate),
-// after creating any of the host's tables the database lacks. "migrate down"
-// rolls back the most recent migration: only the objects it created, never a
-// host table or a column the host had.
+// after creating any of the host's tables the database lacks, without blocking
+// the host's writes, and schedules the rows the old worker left in processing
+// (docs/deploy.md, "Switching over from the old worker"). "migrate down" rolls
+// back the most recent migration: only the objects it created, never a host
+// table or a column the host had.
 package main
 
 import (

@@ -236,7 +236,7 @@ func TestStuck(t *testing.T) {
 		t.Fatalf("stuck: %+v", r)
 	}
 	sections := strings.Split(r.stdout, "\n\n")
-	if len(sections) != 5 {
+	if len(sections) != 6 {
 		t.Fatalf("%d sections:\n%s", len(sections), r.stdout)
 	}
 	for i, want := range []struct{ head, id string }{
@@ -251,14 +251,19 @@ func TestStuck(t *testing.T) {
 		!strings.Contains(sections[4], " open ") {
 		t.Errorf("circuit section lacks the open circuit of %s:\n%s", x.conn, sections[4])
 	}
+	// The accepted row has no claim token of ours: the old worker left it.
+	if !strings.Contains(sections[5], "left in processing by the old worker") || !strings.Contains(sections[5], x.accepted) ||
+		!strings.Contains(sections[5], "no follow-up time yet") {
+		t.Errorf("old worker section lacks the accepted row %s:\n%s", x.accepted, sections[5])
+	}
 	// Thresholds move rows in and out.
 	r = x.run(t, "", "stuck", "-org", x.org, "-accepted-for", "3h", "-overdue-for", "2h")
-	if strings.Contains(r.stdout, x.accepted) || strings.Contains(r.stdout, x.overdue) {
+	if shown, _, _ := strings.Cut(r.stdout, "left in processing by the old worker"); strings.Contains(shown, x.accepted) || strings.Contains(r.stdout, x.overdue) {
 		t.Errorf("rows below the thresholds shown:\n%s", r.stdout)
 	}
 	// Another organization has nothing stuck.
 	r = x.run(t, "", "stuck", "-org", x.f.NewID(t))
-	if strings.Count(r.stdout, ": 0\n") != 5 {
+	if strings.Count(r.stdout, ": 0\n") != 6 {
 		t.Errorf("stuck for an empty organization:\n%s", r.stdout)
 	}
 }

@@ -132,6 +132,16 @@ func printStuck(w io.Writer, s report.Stuck, accepted, overdue time.Duration) {
 			fmt.Fprintf(w, "(%d more: raise -limit)\n", c.Total-len(c.Circuits))
 		}
 	}
+	o := s.OldWorker
+	fmt.Fprintf(w, "\nleft in processing by the old worker, waiting for the lease or follow-up time make migrate gave them: %d\n", o.Total)
+	if len(o.Rows) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tKIND\tATTEMPTS\tAT\tWHAT HAPPENS")
+		for _, l := range o.Rows {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", l.ID, l.Kind, l.AttemptCount, stamp(l.NextAt), l.Next)
+		}
+		tw.Flush()
+	}
 }
 
 // jsonValue prints a column value: strings without quotes, null as "-".

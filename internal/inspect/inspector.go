@@ -184,6 +184,9 @@ type Stuck struct {
 	AcceptedWaiting Section `json:"acceptedWaiting"`
 	OverdueQueued   Section `json:"overdueQueued"`
 	Failed          Section `json:"failed"`
+	// OldWorker: rows the old worker left in processing, with what the
+	// dispatch will do to each and when.
+	OldWorker LeftoverSection `json:"oldWorker"`
 	// EntitiesWaiting counts the entities whose first command has waited
 	// over an hour with others queued behind it.
 	EntitiesWaiting EntitySection `json:"entitiesWaiting"`
@@ -202,6 +205,24 @@ type EntityWait struct {
 	EntityID   string `json:"entityId"`
 	Behind     int    `json:"behind"`
 	Head       Row    `json:"head"`
+}
+
+// LeftoverSection lists rows the old worker left: how many in all, and up
+// to the limit.
+type LeftoverSection struct {
+	Total int        `json:"total"`
+	Rows  []Leftover `json:"rows"`
+}
+
+// Leftover is a row the old worker left in processing: kind "lease" (no
+// provider status) or "follow_up" (accepted by the provider); next says
+// what the dispatch will do, nextAt when (null: make migrate has not run
+// since the row was left).
+type Leftover struct {
+	Row
+	Kind   string     `json:"kind"`
+	Next   string     `json:"next"`
+	NextAt *time.Time `json:"nextAt"`
 }
 
 // Section is one kind of stuck row: how many in all, and up to the limit.
@@ -261,7 +282,21 @@ func stuckView(s report.Stuck) *Stuck {
 		entities.Entities[n] = EntityWait{EntityType: e.EntityType, EntityID: e.EntityID, Behind: e.Behind, Head: rowView(e.Head)}
 	}
 	return &Stuck{ExpiredLeases: sectionView(s.ExpiredLeases), AcceptedWaiting: sectionView(s.AcceptedWaiting),
-		OverdueQueued: sectionView(s.OverdueQueued), Failed: sectionView(s.Failed), EntitiesWaiting: entities}
+		OverdueQueued: sectionView(s.OverdueQueued), Failed: sectionView(s.Failed),
+		OldWorker: leftoverView(s.OldWorker), EntitiesWaiting: entities}
+}
+
+func leftoverView(s report.LeftoverSection) LeftoverSection {
+	rows := make([]report.Row, len(s.Rows))
+	for n, l := range s.Rows {
+		rows[n] = l.Row
+	}
+	base := sectionView(report.Section{Total: s.Total, Rows: rows})
+	out := LeftoverSection{Total: s.Total, Rows: make([]Leftover, len(s.Rows))}
+	for n, l := range s.Rows {
+		out.Rows[n] = Leftover{Row: base.Rows[n], Kind: l.Kind, Next: l.Next, NextAt: l.NextAt}
+	}
+	return out
 }
 
 func sectionView(s report.Section) Section {

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"integration-outbox/internal/migrate"
 	"integration-outbox/internal/strictjson"
 	"integration-outbox/internal/testenv"
 )
@@ -99,4 +101,70 @@ func FuzzParse(f *testing.F) {
 			t.Errorf("accepted %q as %+v", raw, req)
 		}
 	})
+}
+
+// The stuck view lists what the old worker left in processing, before and
+// after make migrate gave it a lease or a follow-up time: its kind, what the
+// dispatch will do, and when.
+func TestStuckViewListsTheOldWorkersLeftovers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := pg.NewDB(t)
+	org := f.NewID(t)
+	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org})
+	var leased, accepted string
+	if err := f.Pool.QueryRow(ctx, `
+		with ins as (
+			insert into external_integration_outbox (organization_id, integration_connection_id, command_type, status,
+				attempt_count, provider_status)
+			values ($1, $2, 'push_purchase_order', 'processing', 1, null),
+			       ($1, $2, 'push_purchase_order', 'processing', 1, 'accepted')
+			returning id, provider_status)
+		select (select id::text from ins where provider_status is null),
+		       (select id::text from ins where provider_status is not null)`, org, conn).Scan(&leased, &accepted); err != nil {
+		t.Fatal(err)
+	}
+	i := New(f.Pool, Config{Logger: slog.New(slog.DiscardHandler)})
+	stuck := func() map[string]Leftover {
+		t.Helper()
+		resp, err := i.Handle(ctx, json.RawMessage(`{"organizationId":"`+org+`","stuck":true}`))
+		if err != nil || resp.Stuck == nil {
+			t.Fatalf("stuck view: %+v, %v", resp, err)
+		}
+		out := map[string]Leftover{}
+		for _, l := range resp.Stuck.OldWorker.Rows {
+			out[l.ID] = l
+		}
+		if resp.Stuck.OldWorker.Total != len(out) {
+			t.Errorf("oldWorker total %d, rows %d", resp.Stuck.OldWorker.Total, len(out))
+		}
+		return out
+	}
+	before := stuck()
+	if l := before[leased]; l.Kind != "lease" || l.NextAt != nil || !strings.Contains(l.Next, "make migrate") {
+		t.Errorf("before the install, the unleased row: %+v", l)
+	}
+	if l := before[accepted]; l.Kind != "follow_up" || l.NextAt != nil || !strings.Contains(l.Next, "make migrate") {
+		t.Errorf("before the install, the accepted row: %+v", l)
+	}
+
+	if err := migrate.Up(ctx, f.URL); err != nil {
+		t.Fatal(err)
+	}
+	after := stuck()
+	var dbNow time.Time
+	if err := f.Pool.QueryRow(ctx, `select now()`).Scan(&dbNow); err != nil {
+		t.Fatal(err)
+	}
+	in40 := func(at *time.Time) bool {
+		return at != nil && at.After(dbNow.Add(39*time.Minute)) && !at.After(dbNow.Add(40*time.Minute))
+	}
+	if l := after[leased]; l.Kind != "lease" || !in40(l.NextAt) || !in40(l.LeaseExpiresAt) ||
+		l.Next != "claimed again by the dispatch when its lease ends" {
+		t.Errorf("after the install, the leased row: %+v", l)
+	}
+	if l := after[accepted]; l.Kind != "follow_up" || !in40(l.NextAt) || !in40(l.NextAttemptAt) ||
+		l.Next != "followed up by the dispatch at its follow-up time" {
+		t.Errorf("after the install, the accepted row: %+v", l)
+	}
 }

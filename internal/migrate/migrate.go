@@ -1,10 +1,20 @@
-// Package migrate applies the embedded migrations with goose, each in its own
-// transaction, to the database (and search_path schema) a URL names.
+// Package migrate applies the embedded migrations to the database (and
+// search_path schema) a URL names, onto a live host database: no step blocks
+// the host's writes to its tables for longer than a short lock timeout.
 //
 // Up first creates the stand-in of the host application's tables wherever they
-// are missing (migrations.HostStandIn); nothing reverts it. The numbered
-// migrations add only what this project owns, and their down steps remove only
-// that: Down never drops a host table or a column the host had.
+// are missing (migrations.HostStandIn); nothing reverts it. Then, for each
+// migration in order, the Installer adds what the migration declares on the
+// host's tables (hostObjects: columns, constraints, indexes built
+// concurrently), and goose applies the migration's SQL file (our own tables
+// and functions) in its own transaction. Up checks the host objects of the
+// migrations already applied too, so a run that was killed half way is
+// completed by the next. Last, it recovers the rows the old worker left in
+// processing (RecoverLeftovers).
+//
+// Down rolls back the most recent migration: the Installer drops what it
+// recorded on the host's tables, then goose runs the SQL down step. Down
+// never drops a host table or a column the host had.
 package migrate
 
 import (
@@ -13,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -24,50 +35,189 @@ import (
 // host application's own goose_db_version.
 const VersionTable = "integration_outbox_schema_version"
 
+// Config tunes a run; the zero value is what make migrate uses.
+type Config struct {
+	Installer InstallerConfig
+	// Log receives progress (default: slog.Default()).
+	Log *slog.Logger
+	// Tracer, when set, sees every statement of the host-object steps.
+	Tracer pgx.QueryTracer
+}
+
 // Up creates the host tables that are missing, then applies every pending
-// migration.
+// migration and completes the host objects of the applied ones.
 func Up(ctx context.Context, databaseURL string) error {
-	return run(ctx, databaseURL, true, func(p *goose.Provider) error {
-		_, err := p.Up(ctx)
-		return err
-	})
+	return UpWith(ctx, databaseURL, Config{})
 }
 
 // Down rolls back the most recent migration: it removes what that migration
 // added, never a host table or its rows.
 func Down(ctx context.Context, databaseURL string) error {
-	return run(ctx, databaseURL, false, func(p *goose.Provider) error {
-		_, err := p.Down(ctx)
-		return err
+	return DownWith(ctx, databaseURL, Config{})
+}
+
+// UpWith is Up with cfg.
+func UpWith(ctx context.Context, databaseURL string, cfg Config) error {
+	return run(ctx, databaseURL, cfg, true, func(s session) error {
+		current, err := s.provider.GetDBVersion(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the schema version: %w", err)
+		}
+		for _, src := range s.provider.ListSources() {
+			if objs, ok := hostObjects[src.Version]; ok {
+				if err := s.installer.Install(ctx, src.Version, objs); err != nil {
+					return err
+				}
+			}
+			if src.Version > current {
+				if _, err := s.provider.ApplyVersion(ctx, src.Version, true); err != nil {
+					return fmt.Errorf("applying migration %d: %w", src.Version, err)
+				}
+			}
+		}
+		left, err := RecoverLeftovers(ctx, s.conn)
+		if err != nil {
+			return err
+		}
+		if left.Leased+left.FollowUps > 0 {
+			s.log.InfoContext(ctx, "rows the old worker left in processing are scheduled",
+				"leased", left.Leased, "followUps", left.FollowUps, "after", OldWorkerGrace.String())
+		}
+		return nil
 	})
 }
 
-func run(ctx context.Context, databaseURL string, up bool, fn func(*goose.Provider) error) error {
-	db, err := open(databaseURL)
+// DownTo rolls back, one Down at a time, every migration after version.
+func DownTo(ctx context.Context, databaseURL string, version int64) error {
+	for {
+		current, err := CurrentVersion(ctx, databaseURL)
+		if err != nil {
+			return err
+		}
+		if current <= version {
+			return nil
+		}
+		if err := Down(ctx, databaseURL); err != nil {
+			return err
+		}
+	}
+}
+
+// CurrentVersion is the most recent migration applied (0: none).
+func CurrentVersion(ctx context.Context, databaseURL string) (int64, error) {
+	var v int64
+	err := withProvider(ctx, databaseURL, func(p *goose.Provider) error {
+		var err error
+		v, err = p.GetDBVersion(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading the schema version: %w", err)
+	}
+	return v, nil
+}
+
+// DownWith is Down with cfg.
+func DownWith(ctx context.Context, databaseURL string, cfg Config) error {
+	return run(ctx, databaseURL, cfg, false, func(s session) error {
+		current, err := s.provider.GetDBVersion(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the schema version: %w", err)
+		}
+		if current > 0 {
+			if err := s.installer.DropOwned(ctx, current); err != nil {
+				return err
+			}
+		}
+		if _, err := s.provider.Down(ctx); err != nil {
+			return fmt.Errorf("rolling back migration %d: %w", current, err)
+		}
+		return nil
+	})
+}
+
+// session is what one run works with: goose for the SQL files, and one
+// connection of its own for the host-object steps.
+type session struct {
+	provider  *goose.Provider
+	conn      *pgx.Conn
+	installer *Installer
+	log       *slog.Logger
+}
+
+// runLockKey ("io_migra" in ASCII) makes concurrent runs wait for each other.
+const runLockKey = 0x696f5f6d69677261
+
+func run(ctx context.Context, databaseURL string, cfg Config, up bool, fn func(session) error) error {
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	connCfg, err := pgxConfig(databaseURL)
 	if err != nil {
 		return err
 	}
+	db := stdlib.OpenDB(*connCfg)
 	defer db.Close()
+	stepsCfg := connCfg.Copy()
+	stepsCfg.Tracer = cfg.Tracer
+	conn, err := pgx.ConnectConfig(ctx, stepsCfg)
+	if err != nil {
+		return fmt.Errorf("connecting: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// A killed migrator's backend notices it is gone within a second (from
+	// PostgreSQL 14), instead of finishing a concurrent index build alone.
+	if _, err := conn.Exec(ctx, `select set_config('client_connection_check_interval', '1s', false)
+		where current_setting('server_version_num')::int >= 140000`); err != nil {
+		return fmt.Errorf("configuring the session: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "select pg_advisory_lock($1)", int64(runLockKey)); err != nil {
+		return fmt.Errorf("waiting for another migration run: %w", err)
+	}
 	if up {
 		if err := createHostStandIn(ctx, db); err != nil {
 			return err
 		}
 	}
+	p, err := newProvider(db)
+	if err != nil {
+		return err
+	}
+	s := session{provider: p, conn: conn, installer: NewInstaller(conn, log, cfg.Installer), log: log}
+	if err := fn(s); err != nil {
+		return fmt.Errorf("applying migrations: %w", err)
+	}
+	log.DebugContext(ctx, "migrations applied")
+	return nil
+}
+
+func newProvider(db *sql.DB) (*goose.Provider, error) {
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
-		return fmt.Errorf("creating migration lock: %w", err)
+		return nil, fmt.Errorf("creating migration lock: %w", err)
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
 		goose.WithTableName(VersionTable), goose.WithSessionLocker(locker),
 		goose.WithDisableGlobalRegistry(true), goose.WithLogger(goose.NopLogger()))
 	if err != nil {
-		return fmt.Errorf("loading migrations: %w", err)
+		return nil, fmt.Errorf("loading migrations: %w", err)
 	}
-	if err := fn(p); err != nil {
-		return fmt.Errorf("applying migrations: %w", err)
+	return p, nil
+}
+
+func withProvider(ctx context.Context, databaseURL string, fn func(*goose.Provider) error) error {
+	cfg, err := pgxConfig(databaseURL)
+	if err != nil {
+		return err
 	}
-	slog.DebugContext(ctx, "migrations applied")
-	return nil
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	p, err := newProvider(db)
+	if err != nil {
+		return err
+	}
+	return fn(p)
 }
 
 // standInLockKey ("io_stand" in ASCII) serialises concurrent stand-in runs, so
@@ -92,15 +242,4 @@ func createHostStandIn(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("creating host schema stand-in: %w", err)
 	}
 	return nil
-}
-
-func open(databaseURL string) (*sql.DB, error) {
-	if databaseURL == "" {
-		return nil, fmt.Errorf("DATABASE_URL is empty")
-	}
-	cfg, err := pgxConfig(databaseURL)
-	if err != nil {
-		return nil, err
-	}
-	return stdlib.OpenDB(*cfg), nil
 }

@@ -81,7 +81,7 @@ func TestUpOnEmptyDatabaseTwiceAndDown(t *testing.T) {
 	}
 }
 
-// seedOutboxTable creates the host's outbox table as the seed worker knew it
+// seedOutboxTable creates the host's outbox table as the old worker knew it
 // (no lease columns), under the qualified name.
 func seedOutboxTable(name string) string {
 	return `create table ` + name + ` (

@@ -23,7 +23,8 @@ var hostTables = []string{
 }
 
 // hostSchema is a back office that created its tables before we migrate, with
-// columns and an index of its own that our migrations also name: updated_at on
+// columns and an index of its own that our migrations also name (with the types and
+// definition ours would have, so they stay the host's): updated_at on
 // the outbox, resolved_at on conflicts, external_integration_conflicts_org_idx.
 const hostSchema = `
 create table integration_connections (
@@ -49,7 +50,7 @@ create table external_integration_conflicts (
     conflict_type text not null, severity text not null default 'high', local_entity_type text, local_entity_id uuid,
     summary text, local_snapshot jsonb, status text not null default 'open', created_at timestamptz not null default now(),
     updated_at timestamptz not null default now(), resolved_at timestamptz);
-create index external_integration_conflicts_org_idx on external_integration_conflicts (organization_id, created_at);
+create index external_integration_conflicts_org_idx on external_integration_conflicts (organization_id, status, created_at);
 
 insert into integration_connections (id, organization_id, provider, credential_reference, display_name)
     values ('00000000-0000-0000-0000-0000000000c1', '00000000-0000-0000-0000-0000000000a1', 'webhook', 'secret-1', 'Supplier hub');

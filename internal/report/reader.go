@@ -288,6 +288,9 @@ type Stuck struct {
 	// Circuits: connections whose circuit breaker is open or half-open, or
 	// counting failures towards it.
 	Circuits CircuitSection
+	// OldWorker: rows the old worker left in processing, waiting for the
+	// lease or follow-up time the install gave them.
+	OldWorker LeftoverSection
 	// EntitiesWaiting: entities whose first command has waited longer than
 	// EntityWaitFor with other commands queued behind it (per-entity
 	// order holds them until it ends).
@@ -309,6 +312,25 @@ type EntityWait struct {
 	Behind int
 	// Head is its first live command, the one the others wait for.
 	Head Row
+}
+
+// LeftoverSection lists rows the old worker left: up to the limit, and how
+// many in all.
+type LeftoverSection struct {
+	Total int
+	Rows  []Leftover
+}
+
+// Leftover is a row the old worker left in processing.
+type Leftover struct {
+	Row
+	// Kind is "lease" (no provider status: the install leased it) or
+	// "follow_up" (accepted by the provider: the install set its follow-up).
+	Kind string
+	// Next says what will happen to the row, and NextAt when (null: the
+	// install has not run since the row was left).
+	Next   string
+	NextAt *time.Time
 }
 
 // CircuitSection lists circuits: up to the limit, and how many in all.
@@ -391,6 +413,18 @@ func (r *Reader) Stuck(ctx context.Context, p StuckParams) (Stuck, error) {
 	})
 	if err != nil {
 		return s, fmt.Errorf("reading entities waiting: %w", err)
+	}
+	rows, err = r.db.Query(ctx, oldWorkerSQL, r.maxAttempts, org, limit)
+	if err != nil {
+		return s, fmt.Errorf("reading the old worker's rows: %w", err)
+	}
+	s.OldWorker.Rows, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (Leftover, error) {
+		var l Leftover
+		err := cr.Scan(append(l.scanArgs(), &l.Kind, &l.Next, &l.NextAt, &s.OldWorker.Total)...)
+		return l, err
+	})
+	if err != nil {
+		return s, fmt.Errorf("reading the old worker's rows: %w", err)
 	}
 	return s, nil
 }

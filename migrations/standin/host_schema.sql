@@ -1,5 +1,5 @@
 -- Stand-in for the host application's schema: the five tables the host owns,
--- with the columns the seed worker reads and writes, so that an empty database
+-- with the columns the old worker reads and writes, so that an empty database
 -- (the demo, the tests, the benchmarks) can run the outbox. migrate.Up applies
 -- it before the numbered migrations; it creates only the tables that are
 -- missing, so a host that already created them (in the search_path schema)

@@ -1,0 +1,124 @@
+package migrate
+
+// HostObjects is what one migration adds to the host application's tables:
+// columns, check constraints and indexes. Up adds each one the host lacks,
+// before the migration's SQL file runs, without blocking the host's writes
+// (see Installer); the migration's down step drops exactly those it added.
+// To change which indexes a migration owns, edit its list here (a new
+// migration version for an installed schema: see docs/deploy.md).
+type HostObjects struct {
+	Columns     []Column
+	Constraints []Constraint
+	Indexes     []Index
+}
+
+// Column is a column of ours on a host table. Type is a PostgreSQL type
+// name; Extra follows it in "add column" (not null, default). A column the
+// host already has with the same type is the host's and stays.
+type Column struct {
+	Table, Name, Type, Extra string
+}
+
+// Constraint is a check constraint of ours on a host table; Check is its
+// "check (...)" clause. It is added NOT VALID, then validated.
+type Constraint struct {
+	Table, Name, Check string
+}
+
+// Index is an index of ours on a host table, built and dropped
+// CONCURRENTLY. Definition is everything after "on <table>": the column list,
+// any include and where clauses.
+type Index struct {
+	Table, Name, Definition string
+	Unique                  bool
+}
+
+const (
+	outbox    = "external_integration_outbox"
+	conflicts = "external_integration_conflicts"
+)
+
+// hostObjects maps a migration version to what it adds to the host's
+// tables. Versions without host objects are absent.
+var hostObjects = map[int64]HostObjects{
+	1: {
+		// Lease and fencing: a claim sets a fresh claim_token and a lease;
+		// starting the job consumes the claim (started_at); only the current
+		// token records a result. now() is stable: existing rows take the
+		// install's time without a table rewrite.
+		Columns: []Column{
+			{outbox, "claim_token", "uuid", ""},
+			{outbox, "claimed_at", "timestamptz", ""},
+			{outbox, "lease_expires_at", "timestamptz", ""},
+			{outbox, "started_at", "timestamptz", ""},
+			{outbox, "updated_at", "timestamptz", "not null default now()"},
+			{conflicts, "outbox_id", "uuid", ""},
+			{conflicts, "resolved_at", "timestamptz", ""},
+			{conflicts, "resolution_reason", "text", ""},
+		},
+		Constraints: []Constraint{
+			{outbox, "external_integration_outbox_status_check",
+				"check (status in ('queued', 'processing', 'completed', 'failed', 'uncertain', 'unsupported', 'dead_letter'))"},
+		},
+		Indexes: []Index{
+			// Claim cost stays flat as terminal rows pile up: the claim scans
+			// only these partial indexes, whose size is the number of
+			// claimable / in-flight rows.
+			{Table: outbox, Name: "external_integration_outbox_claimable_idx",
+				Definition: "(created_at) where status in ('queued', 'failed')"},
+			{Table: outbox, Name: "external_integration_outbox_leased_idx",
+				Definition: "(lease_expires_at) where status = 'processing' and provider_status is null"},
+			{Table: outbox, Name: "external_integration_outbox_follow_up_idx",
+				Definition: "(next_attempt_at) where status = 'processing' and provider_status is not null"},
+			// Operators' views and reruns by tenant. Completed rows, the bulk
+			// of the table, are left out.
+			{Table: outbox, Name: "external_integration_outbox_org_status_idx",
+				Definition: "(organization_id, status, created_at) where status <> 'completed'"},
+			// One open conflict per outbox row.
+			{Table: conflicts, Name: "external_integration_conflicts_open_outbox_idx",
+				Definition: "(outbox_id) where status = 'open' and outbox_id is not null", Unique: true},
+			{Table: conflicts, Name: "external_integration_conflicts_org_idx",
+				Definition: "(organization_id, status, created_at)"},
+		},
+	},
+	2: {
+		// Rows inserted by integration_outbox_enqueue carry
+		// idempotency_enforced = true and only those are unique on
+		// (organization_id, idempotency_key); the host's older rows may repeat
+		// a key. A constant default needs no table rewrite.
+		Columns: []Column{
+			{outbox, "idempotency_enforced", "boolean", "not null default false"},
+		},
+		// Together the two indexes hold one entry per row with a key.
+		Indexes: []Index{
+			{Table: outbox, Name: "external_integration_outbox_enqueue_key_idx",
+				Definition: "(organization_id, idempotency_key) where idempotency_enforced", Unique: true},
+			{Table: outbox, Name: "external_integration_outbox_legacy_key_idx",
+				Definition: "(organization_id, idempotency_key, created_at) where not idempotency_enforced and idempotency_key is not null"},
+		},
+	},
+	4: {
+		Indexes: []Index{
+			// The claim's walk over (organization, connection) pairs with
+			// claimable rows; the included columns tell a due row from a
+			// waiting one without the heap.
+			{Table: outbox, Name: "external_integration_outbox_claim_walk_idx",
+				Definition: "(organization_id, integration_connection_id, created_at) include (next_attempt_at, attempt_count) where status in ('queued', 'failed') and integration_connection_id is not null"},
+			// Claimable rows without a connection.
+			{Table: outbox, Name: "external_integration_outbox_claim_orphan_idx",
+				Definition: "(created_at) where status in ('queued', 'failed') and integration_connection_id is null"},
+			// Leased rows per connection, counted against its in-flight limit.
+			{Table: outbox, Name: "external_integration_outbox_connection_leased_idx",
+				Definition: "(integration_connection_id, lease_expires_at) where status = 'processing' and provider_status is null"},
+		},
+	},
+	7: {
+		Indexes: []Index{
+			// Per-entity order: the claim's probe for another command of the
+			// same connection and entity in flight or older and waiting. Only
+			// the live rows: completed ones cost it nothing.
+			{Table: outbox, Name: "external_integration_outbox_entity_idx",
+				Definition: "(integration_connection_id, local_entity_id) where status in ('queued', 'failed', 'processing')"},
+		},
+	},
+}
