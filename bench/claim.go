@@ -194,7 +194,7 @@ func claimOnce(ctx context.Context, conn *pgx.Conn, variant string) (time.Durati
 		began = time.Now()
 	)
 	if variant == variantOurs {
-		claims, err := outbox.NewStore(tx).Claim(ctx, outbox.ClaimParams{
+		claims, err := outbox.NewStore(tx).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute}).Claim(ctx, outbox.ClaimParams{
 			Limit: claimLimit, MaxAttempts: 10, Lease: 900 * time.Second})
 		if err != nil {
 			return 0, err

@@ -16,6 +16,8 @@ import (
 
 // fairClaimSize is the fair, capped claim at one outbox size.
 type fairClaimSize struct {
+	// Shared: one due row in ten shares its entity with another.
+	Shared          bool
 	Rows, Due, Orgs int
 	Samples         []time.Duration
 }
@@ -33,8 +35,11 @@ const (
 // (one connection each): fairClaimDue due rows spread evenly (3 in 4
 // queued, 1 in 4 failed with a past next_attempt_at), fairClaimInFlight
 // leased, the rest completed; fairClaimOpen connections with an open
-// circuit. settle then prepares the tables for the measurement.
-func loadFairOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
+// circuit. With shared, one due row in ten shares its entity with another
+// due row of its connection (pairs of the k-th and (k+1000)-th due rows), so
+// per-entity order holds the newer of each pair back. settle then prepares
+// the tables for the measurement.
+func loadFairOutbox(ctx context.Context, conn *pgx.Conn, rows int, shared bool) error {
 	every := rows / fairClaimDue
 	lease := rows / fairClaimInFlight
 	stmts := []struct {
@@ -47,7 +52,10 @@ func loadFairOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
 		  insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
 		      local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count, next_attempt_at,
 		      lease_expires_at, claim_token, provider_status, completed_at, created_at, updated_at)
-		  select c.organization_id, c.id, 'sandbox', 'push_purchase_order', 'purchase_order', gen_random_uuid(),
+		  select c.organization_id, c.id, 'sandbox', 'push_purchase_order', 'purchase_order',
+		      case when $5::bool and g % $2 = 0 and (g / $2) % 10 = 0
+		           then md5('shared-' || ((g / $2) % $4) || '-' || ((g / $2) / (2 * $4)))::uuid
+		           else gen_random_uuid() end,
 		      '{"externalSupplierId": "SUP-1"}', 'idem-' || g,
 		      case when g % $2 = 0 then case when g % (4 * $2) = 0 then 'failed' else 'queued' end
 		           when g % $3 = 1 then 'processing' else 'completed' end,
@@ -60,7 +68,7 @@ func loadFairOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
 		      t.ts, t.ts
 		  from generate_series(1, $1::int) g
 		  cross join lateral (select now() - make_interval(secs => $1::int - g) as ts) t
-		  join c on c.n = (g / $2) % $4`, []any{rows, every, lease, fairClaimOrgs}},
+		  join c on c.n = (g / $2) % $4`, []any{rows, every, lease, fairClaimOrgs, shared}},
 		{`insert into integration_outbox_connection_health (connection_id, organization_id, consecutive_failures,
 		      opened_count, open_until, opened_at)
 		  select id, organization_id, 5, 1, now() + interval '1 hour', now()
@@ -244,7 +252,18 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 			}
 		}
 	}()
-	for _, rows := range sizes {
+	type load struct {
+		rows   int
+		shared bool
+	}
+	var loads []load
+	for _, shared := range []bool{false, true} {
+		for _, rows := range sizes {
+			loads = append(loads, load{rows, shared})
+		}
+	}
+	for _, l := range loads {
+		rows := l.rows
 		url, err := env.pg.MigratedDatabase(ctx)
 		if err != nil {
 			return nil, err
@@ -254,24 +273,24 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 			return nil, errors.Join(err, env.dropDatabase(ctx, url))
 		}
 		conns = append(conns, conn)
-		if err := loadFairOutbox(ctx, conn, rows); err != nil {
+		if err := loadFairOutbox(ctx, conn, rows, l.shared); err != nil {
 			return nil, err
 		}
 		if err := settle(ctx, log, conn, fairClaimTables); err != nil {
 			return nil, fmt.Errorf("%d rows: %w", rows, err)
 		}
 	}
-	out := make([]fairClaimSize, len(sizes))
-	after := make([]string, len(sizes))
-	for i, rows := range sizes {
-		out[i] = fairClaimSize{Rows: rows, Due: fairClaimDue, Orgs: fairClaimOrgs}
+	out := make([]fairClaimSize, len(loads))
+	after := make([]string, len(loads))
+	for i, l := range loads {
+		out[i] = fairClaimSize{Rows: l.rows, Shared: l.shared, Due: fairClaimDue, Orgs: fairClaimOrgs}
 		after[i] = "00000000-0000-0000-0000-000000000000"
 	}
 	for round := range fairClaimWarmup + runs {
 		for i, conn := range conns {
 			d, next, err := fairClaimOnce(ctx, conn, after[i])
 			if err != nil {
-				return nil, fmt.Errorf("%d rows: %w", sizes[i], err)
+				return nil, fmt.Errorf("%d rows (shared entities %v): %w", loads[i].rows, loads[i].shared, err)
 			}
 			after[i] = next
 			if round >= fairClaimWarmup {
@@ -280,7 +299,7 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 		}
 	}
 	for _, f := range out {
-		log.Info("fair claims measured", "rows", f.Rows, "median", f.median())
+		log.Info("fair claims measured", "rows", f.Rows, "sharedEntities", f.Shared, "median", f.median())
 	}
 	return out, nil
 }
@@ -292,7 +311,10 @@ func fairClaimOnce(ctx context.Context, conn *pgx.Conn, after string) (time.Dura
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	began := time.Now()
-	b, err := outbox.NewStore(tx).ClaimBatch(ctx, outbox.ClaimParams{Limit: claimLimit, MaxAttempts: 10,
+	// The breaker on, as the functions run it: the open circuits hold
+	// their connections back.
+	store := outbox.NewStore(tx).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
+	b, err := store.ClaimBatch(ctx, outbox.ClaimParams{Limit: claimLimit, MaxAttempts: 10,
 		Lease: 900 * time.Second, MaxInFlight: 5000, ConnectionMaxInFlight: 10, After: after})
 	took := time.Since(began)
 	if err != nil {
@@ -388,9 +410,18 @@ func overloadMarkdown(runs []overloadRun, fair []fairClaimSize) string {
 			claimLimit, fairClaimInFlight, fairClaimOpen, fairClaimDue, fairClaimOrgs)
 		p("Each size is loaded into a fresh database; then autovacuum off on the claim's three tables, a wait (at most %s) until no other session (autovacuum worker) works in the database, then, committing synchronously (the cluster runs with `synchronous_commit=off`, and an unflushed asynchronous commit such as an `ANALYZE` keeps `VACUUM` from marking pages all-visible), `CHECKPOINT`, `VACUUM` and `ANALYZE` of each table until every page is all-visible (at most %d times, a second apart), and another `CHECKPOINT`, so the claims meet the same settled tables whatever ran in the cluster before; then the sizes take turns claim by claim: %d unmeasured claims each (one turn of the rotating start over the organizations), then the median of %d, each rolled back.\n\n",
 			quietWait, settleTries, fairClaimWarmup, len(fair[0].Samples))
-		p("| Rows | Median claim | Ratio to the smallest size | Target |\n|---|---|---|---|\n")
-		for _, f := range fair {
-			p("| %s | %s | %s | ≤ 1.50× |\n", rows(f.Rows), ms(f.median()), x(float64(f.median())/float64(fair[0].median())))
+		p("Per-entity order is on (the default). The second load makes one due row in ten share its entity with another due row of its connection, so the claim passes over the newer of each pair.\n\n")
+		p("| Due rows | Rows | Median claim | Ratio to the smallest size of its load | Target |\n|---|---|---|---|---|\n")
+		var first time.Duration
+		for i, f := range fair {
+			if i == 0 || f.Shared != fair[i-1].Shared {
+				first = f.median()
+			}
+			load := "each its own entity"
+			if f.Shared {
+				load = "10% sharing an entity"
+			}
+			p("| %s | %s | %s | %s | ≤ 1.50× |\n", load, rows(f.Rows), ms(f.median()), x(float64(f.median())/float64(first)))
 		}
 	}
 	if len(runs) == 0 {
