@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// AWS list prices, us-east-1, as published on the pricing pages cited in
-// pricingSources. They are not fetched by the run.
+// AWS list prices, us-east-1, as AWS publishes them for Lambda, SQS and
+// Secrets Manager. They are not fetched by the run.
 const (
 	pricesAsOf = "2025-01 (well-known list prices, not re-fetched by this run)"
 
@@ -23,12 +23,6 @@ const (
 	secretsManagerCallUSD   = 0.05 / 10000 // per API call
 	secretsManagerSecretUSD = 0.40         // per secret per month (not per command: left out of the sums)
 )
-
-var pricingSources = []string{
-	"https://aws.amazon.com/lambda/pricing/",
-	"https://aws.amazon.com/sqs/pricing/",
-	"https://aws.amazon.com/secrets-manager/pricing/",
-}
 
 // lambdaMemory is the memory the functions are given, from template.yaml.
 type lambdaMemory struct {
