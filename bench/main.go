@@ -65,12 +65,12 @@ func main() {
 	flag.StringVar(&installSizes, "install-sizes", "1000000,10000000", "host outbox sizes of the live install measurement")
 	flag.IntVar(&o.installRate, "install-rate", 50, "host inserts per second during the live install measurement")
 	flag.DurationVar(&o.installWindow, "install-window", 10*time.Second, "how long the host's inserts run alone, for the reference")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install" (the table goes to stdout, and to -out only when given)`)
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install" or "fair" (the fair, capped claim); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
-	if o.only != "" && o.only != "install" {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install" is the only measurement that runs alone`)
+	if o.only != "" && o.only != "install" && o.only != "fair" {
+		fmt.Fprintln(os.Stderr, `bench: -only: "install" and "fair" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -176,10 +176,15 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 		}
 		log.Info("measured", "what", name, "took", time.Since(t).Round(time.Millisecond))
 	}
-	step("live install", func() (err error) {
-		r.Install, err = measureInstall(ctx, log, env, o.installSizes, o.installRate, o.installWindow)
-		return
-	})
+	if o.only == "" || o.only == "install" {
+		step("live install", func() (err error) {
+			r.Install, err = measureInstall(ctx, log, env, o.installSizes, o.installRate, o.installWindow)
+			return
+		})
+	}
+	if o.only == "fair" {
+		step("fair claim scaling", func() (err error) { r.Fair, err = measureFairClaims(ctx, log, env, o.fairSizes, o.claimRuns); return })
+	}
 	if o.only != "" {
 		return finish(ctx, log, r, o, began, failed)
 	}
