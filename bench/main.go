@@ -184,12 +184,20 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	}
 	if o.only == "fair" {
 		step("fair claim scaling", func() (err error) { r.Fair, err = measureFairClaims(ctx, log, env, o.fairSizes, o.claimRuns); return })
+		step("fair claim by all-visible share", func() (err error) {
+			r.Visibility, err = measureVisibility(ctx, log, env, o.fairSizes[len(o.fairSizes)-1], o.claimRuns)
+			return
+		})
 	}
 	if o.only != "" {
 		return finish(ctx, log, r, o, began, failed)
 	}
 	step("claim scaling", func() (err error) { r.Claim, err = measureClaims(ctx, log, env, o.claimSizes, o.claimRuns); return })
 	step("fair claim scaling", func() (err error) { r.Fair, err = measureFairClaims(ctx, log, env, o.fairSizes, o.claimRuns); return })
+	step("fair claim by all-visible share", func() (err error) {
+		r.Visibility, err = measureVisibility(ctx, log, env, o.fairSizes[len(o.fairSizes)-1], o.claimRuns)
+		return
+	})
 	if o.overloadRows > 0 {
 		step("overload scenarios", func() (err error) {
 			r.Overload, err = measureOverload(ctx, log, env, o.overloadRows, o.overloadScale)

@@ -24,6 +24,7 @@ type report struct {
 	Sizes      []bootstrapSize
 	Memory     lambdaMemory
 	Fair       []fairClaimSize
+	Visibility []visibilityClaim
 	Overload   []overloadRun
 	Install    []installRun
 	Errors     []string
@@ -310,6 +311,7 @@ func (r *report) markdown() string {
 	}
 	b.WriteString(installMarkdown(r.Install))
 	b.WriteString(overloadMarkdown(r.Overload, r.Fair))
+	b.WriteString(visibilityMarkdown(r.Visibility))
 	return b.String()
 }
 

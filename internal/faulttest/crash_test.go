@@ -48,12 +48,12 @@ func (d *dyingStore) Start(ctx context.Context, reqs []outbox.StartRequest) ([]o
 	return jobs, err
 }
 
-func (d *dyingStore) Record(ctx context.Context, outcomes []outbox.Outcome) ([]string, error) {
+func (d *dyingStore) Record(ctx context.Context, outcomes []outbox.Outcome) (outbox.Recorded, error) {
 	if d.at == afterAnswer {
 		d.cancel()
 	}
 	if d.dead {
-		return nil, errors.New("injected: the process died before recording")
+		return outbox.Recorded{}, errors.New("injected: the process died before recording")
 	}
 	return d.real.Record(ctx, outcomes)
 }
@@ -166,7 +166,7 @@ func TestWorkerDiesBetweenStartAndRecord(t *testing.T) {
 			recorded, err := e.store.Record(context.Background(), []outbox.Outcome{{OutboxID: id, OrganizationID: org,
 				ConnectionID: stale.ConnectionID, ClaimToken: stale.ClaimToken, Status: outbox.StatusFailed,
 				LastError: "zombie", RetryIn: time.Hour}})
-			if err != nil || len(recorded) != 0 {
+			if err != nil || len(recorded.IDs) != 0 {
 				t.Errorf("record with the dead invocation's token: %v %v, want nothing recorded", recorded, err)
 			}
 

@@ -30,7 +30,7 @@ func (s *timedStore) Start(ctx context.Context, reqs []outbox.StartRequest) ([]o
 	return s.real.Start(ctx, reqs)
 }
 
-func (s *timedStore) Record(ctx context.Context, outcomes []outbox.Outcome) ([]string, error) {
+func (s *timedStore) Record(ctx context.Context, outcomes []outbox.Outcome) (outbox.Recorded, error) {
 	s.mu.Lock()
 	s.records++
 	if !time.Now().Before(s.deadline) {

@@ -322,8 +322,8 @@ func TestRecordRepeatedAfterALostAcknowledgementAddsNothing(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if want := 1 - i; len(got) != want {
-					t.Errorf("record %d recorded %d rows, want %d", i+1, len(got), want)
+				if want := 1 - i; len(got.IDs) != want {
+					t.Errorf("record %d recorded %d rows, want %d", i+1, len(got.IDs), want)
 				}
 			}
 			if n := b.f.Count(t, `select count(*) from external_integration_attempts where outbox_id = $1`, id); n != 1 {

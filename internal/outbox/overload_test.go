@@ -159,7 +159,7 @@ func finish(t *testing.T, s *outbox.Store, claims []outbox.Claim, status outbox.
 		}
 		outs = append(outs, o)
 	}
-	r, err := s.RecordOutcomes(ctx, outs)
+	r, err := s.Record(ctx, outs)
 	if err != nil || len(r.IDs) != len(claims) {
 		t.Fatalf("recorded %d of %d results: %v", len(r.IDs), len(claims), err)
 	}

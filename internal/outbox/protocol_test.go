@@ -351,7 +351,7 @@ func (p *protocol) finish(rt *rapid.T) {
 			o.Status, o.LastError, o.RetryIn = outbox.StatusFailed, "503", 30*time.Second
 		}
 	}
-	r, err := p.store.RecordOutcomes(context.Background(), []outbox.Outcome{o})
+	r, err := p.store.Record(context.Background(), []outbox.Outcome{o})
 	if err != nil {
 		rt.Fatal(err)
 	}

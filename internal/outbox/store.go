@@ -195,9 +195,21 @@ const claimLockKey = "integration_outbox_claim"
 
 // claimSetupSQL prepares the claim's transaction: the claim is planned once
 // per connection (a generic plan: its many CTEs cost far more to plan than
-// to run), and it waits for the claims before it to commit.
+// to run), with index scans only, and it waits for the claims before it to
+// commit.
+//
+// Index scans only: every step of the claim is a short probe of a partial
+// index (the walk's next pair, a pair's oldest due rows, an entity's
+// commands) that stops after a row or a batch. When few of the outbox's
+// pages are all-visible (after a bulk load, a restore, VACUUM FULL, or on a
+// small hot table) the planner prices those probes' heap visits high and
+// turns the walk's step into a bitmap scan of every due row, or a sequential
+// scan: 80 times slower at 10% all-visible (bench/results.md). Off for this
+// transaction only, those plans are not considered while an index can serve.
 const claimSetupSQL = `
-select set_config('plan_cache_mode', 'force_generic_plan', true), pg_advisory_xact_lock(hashtext($1))`
+select set_config('plan_cache_mode', 'force_generic_plan', true),
+    set_config('enable_bitmapscan', 'off', true),
+    pg_advisory_xact_lock(hashtext($1))`
 
 // Claim claims up to p.Limit due rows (see ClaimBatch).
 func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
@@ -239,6 +251,18 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
 	return b, nil
 }
 
+// claimArgs are claimSQL's arguments for p.
+func (s *Store) claimArgs(p ClaimParams) pgx.NamedArgs {
+	org, ids := p.scope()
+	return pgx.NamedArgs{
+		"claim_limit": p.Limit, "max_attempts": p.MaxAttempts, "lease_seconds": p.Lease.Seconds(),
+		"organization_id": org, "ids": ids, "max_in_flight": p.MaxInFlight,
+		"connection_max_in_flight": p.ConnectionMaxInFlight,
+		"after_organization": cmp.Or(p.After, "00000000-0000-0000-0000-000000000000"),
+		"circuit_on": s.circuit.FailureThreshold > 0,
+	}
+}
+
 // savepointer is a transaction (pgx.Tx), whose Begin opens a savepoint.
 type savepointer interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
@@ -253,14 +277,7 @@ func (s savepoint) BeginTx(ctx context.Context, _ pgx.TxOptions) (pgx.Tx, error)
 }
 
 func (s *Store) claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, error) {
-	org, ids := p.scope()
-	after := cmp.Or(p.After, "00000000-0000-0000-0000-000000000000")
-	rows, err := db.Query(ctx, claimSQL, pgx.NamedArgs{
-		"claim_limit": p.Limit, "max_attempts": p.MaxAttempts, "lease_seconds": p.Lease.Seconds(),
-		"organization_id": org, "ids": ids, "max_in_flight": p.MaxInFlight,
-		"connection_max_in_flight": p.ConnectionMaxInFlight, "after_organization": after,
-		"circuit_on": s.circuit.FailureThreshold > 0,
-	})
+	rows, err := db.Query(ctx, claimSQL, s.claimArgs(p))
 	if err != nil {
 		return Batch{}, err
 	}
@@ -476,14 +493,9 @@ type Outcome struct {
 // Record stores outcomes in one statement, each fenced by its claim token,
 // with one attempt-history row per recorded outcome, and returns the ids it
 // recorded (an outcome whose token is no longer current is not recorded,
-// nor its attempt).
-func (s *Store) Record(ctx context.Context, outcomes []Outcome) ([]string, error) {
-	r, err := s.RecordOutcomes(ctx, outcomes)
-	return r.IDs, err
-}
-
-// RecordOutcomes is Record, also reporting the circuits the results changed.
-func (s *Store) RecordOutcomes(ctx context.Context, outcomes []Outcome) (Recorded, error) {
+// nor its attempt; nor is a repeat of a record that committed) and the
+// circuits the results changed.
+func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error) {
 	if len(outcomes) == 0 {
 		return Recorded{}, nil
 	}

@@ -262,17 +262,17 @@ func TestRecordIsFencedByTheClaimTokenAndOpensOneConflict(t *testing.T) {
 	dead := outbox.Outcome{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: b.f.NewID(t), Status: "dead_letter",
 		LastError: "x", ConflictType: "provider_rejected", ConflictSummary: "s"}
 	got, err := b.store.Record(ctx, []outbox.Outcome{dead})
-	if err != nil || len(got) != 0 {
+	if err != nil || len(got.IDs) != 0 {
 		t.Fatalf("stale token recorded: %v %v", got, err)
 	}
 	dead.ClaimToken = c.ClaimToken
-	if got, err = b.store.Record(ctx, []outbox.Outcome{dead, dead}); err != nil || len(got) != 1 {
+	if got, err = b.store.Record(ctx, []outbox.Outcome{dead, dead}); err != nil || len(got.IDs) != 1 {
 		t.Fatalf("record = %v, %v; want 1", got, err)
 	}
 	if n := b.f.Count(t, `select count(*) from external_integration_conflicts where outbox_id = $1`, id); n != 1 {
 		t.Errorf("%d conflicts, want 1", n)
 	}
-	if got, err = b.store.Record(ctx, []outbox.Outcome{dead}); err != nil || len(got) != 0 {
+	if got, err = b.store.Record(ctx, []outbox.Outcome{dead}); err != nil || len(got.IDs) != 0 {
 		t.Fatalf("second record of a finished row = %v, %v; want none", got, err)
 	}
 }
@@ -372,7 +372,7 @@ func TestStartRefusesAClaimWhoseLeaseHasExpired(t *testing.T) {
 	}
 	recorded, err := b.store.Record(ctx, []outbox.Outcome{{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn,
 		ClaimToken: late.ClaimToken, Status: outbox.StatusCompleted}})
-	if err != nil || len(recorded) != 0 {
+	if err != nil || len(recorded.IDs) != 0 {
 		t.Fatalf("record of an expired, unstarted claim = %v, %v; want none", recorded, err)
 	}
 	// The next dispatch reclaims the row, and its new claim starts.
@@ -427,7 +427,7 @@ func TestStartExtendsTheLeaseOverTheWholePush(t *testing.T) {
 	}
 	recorded, err := b.store.Record(ctx, []outbox.Outcome{{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn,
 		ClaimToken: c.ClaimToken, Status: outbox.StatusCompleted}})
-	if err != nil || len(recorded) != 1 {
+	if err != nil || len(recorded.IDs) != 1 {
 		t.Fatalf("record = %v, %v; want the job recorded", recorded, err)
 	}
 	// Without LeaseUntil the claim's lease is kept, never shortened.
@@ -462,14 +462,14 @@ func TestRecordAppendsOneAttemptPerRecordedResult(t *testing.T) {
 	failed := outbox.Outcome{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: b.f.NewID(t),
 		Status: "failed", LastError: "webhook answered 503", RetryIn: time.Minute,
 		CallStartedAt: began, CallFinishedAt: began.Add(time.Second), ProviderCalled: true, HTTPStatus: 503}
-	if got, err := b.store.Record(ctx, []outbox.Outcome{failed}); err != nil || len(got) != 0 {
+	if got, err := b.store.Record(ctx, []outbox.Outcome{failed}); err != nil || len(got.IDs) != 0 {
 		t.Fatalf("stale token recorded: %v %v", got, err)
 	}
 	if n := b.f.Count(t, `select count(*) from external_integration_attempts`); n != 0 {
 		t.Fatalf("a refused result left %d attempt rows", n)
 	}
 	failed.ClaimToken = c.ClaimToken
-	if got, err := b.store.Record(ctx, []outbox.Outcome{failed}); err != nil || len(got) != 1 {
+	if got, err := b.store.Record(ctx, []outbox.Outcome{failed}); err != nil || len(got.IDs) != 1 {
 		t.Fatalf("record = %v, %v", got, err)
 	}
 	if n := b.f.Count(t, `select count(*) from external_integration_attempts

@@ -30,7 +30,7 @@ import (
 // Store is what the worker needs of the outbox.
 type Store interface {
 	Start(ctx context.Context, reqs []outbox.StartRequest) ([]outbox.Job, error)
-	Record(ctx context.Context, outcomes []outbox.Outcome) ([]string, error)
+	Record(ctx context.Context, outcomes []outbox.Outcome) (outbox.Recorded, error)
 }
 
 // Credentials resolves a connection's credential_reference.
@@ -294,7 +294,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, results []jobResu
 	var err error
 	for attempt := range 3 {
 		var r outbox.Recorded
-		if r, err = w.recordOnce(rctx, outcomes); err == nil {
+		if r, err = w.store.Record(rctx, outcomes); err == nil {
 			out := make(map[string]bool, len(r.IDs))
 			for _, id := range r.IDs {
 				out[id] = true
@@ -309,20 +309,6 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, results []jobResu
 		}
 	}
 	return nil, err
-}
-
-// outcomesRecorder is a Store that also reports the circuits a Record
-// changed (outbox.Store does).
-type outcomesRecorder interface {
-	RecordOutcomes(ctx context.Context, outcomes []outbox.Outcome) (outbox.Recorded, error)
-}
-
-func (w *Worker) recordOnce(ctx context.Context, outcomes []outbox.Outcome) (outbox.Recorded, error) {
-	if r, ok := w.store.(outcomesRecorder); ok {
-		return r.RecordOutcomes(ctx, outcomes)
-	}
-	ids, err := w.store.Record(ctx, outcomes)
-	return outbox.Recorded{IDs: ids}, err
 }
 
 // circuitChanged logs each circuit transition and counts the openings per
