@@ -21,10 +21,12 @@ import (
 // inserts back visibly, few enough to load in a second or two.
 const hostRows = 300_000
 
-// maxHostWait is the longest a host insert may wait while a migration step
-// runs: the Installer's lock timeout (200ms) plus the ALTER it guards and
-// the scheduling noise of a shared machine, within the 1 s the install
-// promises.
+// maxHostWait is the longest a host insert may wait for a lock while a
+// migration step runs: the 1 s the install promises (the Installer's own
+// lock timeout is 200 ms). The inserter's session runs with it as its
+// lock_timeout, so an insert held back that long fails (55P03): what the
+// test asserts is a lock wait, not a wall-clock time, which the scheduling
+// of a loaded machine could stretch.
 const maxHostWait = time.Second
 
 // loadHostOutbox creates the host's outbox (seed shape) with rows rows,
@@ -59,6 +61,9 @@ func startHostInserter(t *testing.T, url string) (stop func() *hostInserter) {
 	ctx, cancel := context.WithCancel(context.Background())
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("set lock_timeout = '%dms'", maxHostWait.Milliseconds())); err != nil {
 		t.Fatal(err)
 	}
 	h := &hostInserter{}
@@ -158,15 +163,12 @@ func TestMigrationStepsNeverBlockHostInserts(t *testing.T) {
 			t.Fatalf("%s: %v", phase.name, err)
 		}
 		if h.err != nil {
-			t.Errorf("%s: a host insert failed: %v", phase.name, h.err)
+			t.Errorf("%s: a host insert failed (a lock wait of %v or more fails it): %v", phase.name, maxHostWait, h.err)
 		}
 		if h.inserted < 10 {
 			t.Errorf("%s: only %d host inserts ran during the step", phase.name, h.inserted)
 		}
-		if h.longest >= maxHostWait {
-			t.Errorf("%s: a host insert waited %v (want < %v)", phase.name, h.longest, maxHostWait)
-		}
-		t.Logf("%s: %d host inserts, the longest %v", phase.name, h.inserted, h.longest)
+		t.Logf("%s: %d host inserts, the longest took %v", phase.name, h.inserted, h.longest)
 	}
 	var fileAfter uint32
 	if err := conn.QueryRow(ctx, relfile).Scan(&fileAfter); err != nil {
