@@ -258,8 +258,8 @@ func (s *Store) claimArgs(p ClaimParams) pgx.NamedArgs {
 		"claim_limit": p.Limit, "max_attempts": p.MaxAttempts, "lease_seconds": p.Lease.Seconds(),
 		"organization_id": org, "ids": ids, "max_in_flight": p.MaxInFlight,
 		"connection_max_in_flight": p.ConnectionMaxInFlight,
-		"after_organization": cmp.Or(p.After, "00000000-0000-0000-0000-000000000000"),
-		"circuit_on": s.circuit.FailureThreshold > 0,
+		"after_organization":       cmp.Or(p.After, "00000000-0000-0000-0000-000000000000"),
+		"circuit_on":               s.circuit.FailureThreshold > 0,
 	}
 }
 
