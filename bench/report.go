@@ -26,6 +26,7 @@ type report struct {
 	Fair       []fairClaimSize
 	Overload   []overloadRun
 	Install    []installRun
+	WAL        []walRun
 	Errors     []string
 	// Only is the one measurement run (-only), or empty for all of them.
 	Only string
@@ -221,6 +222,7 @@ func (r *report) table() []tableRow {
 
 	// 8. Live install.
 	t = append(t, installRows(r.Install)...)
+	t = append(t, walRows(r.WAL)...)
 	return t
 }
 
@@ -309,6 +311,7 @@ func (r *report) markdown() string {
 			r.Memory.Source, secretsManagerSecretUSD, pricesAsOf, r.Memory.gbSecondUSD(), r.Memory.Arch)
 	}
 	b.WriteString(installMarkdown(r.Install))
+	b.WriteString(walMarkdown(r.WAL))
 	b.WriteString(overloadMarkdown(r.Overload, r.Fair))
 	return b.String()
 }

@@ -1,0 +1,7 @@
+package outbox
+
+// The statements whose plans outbox_test checks.
+const (
+	ClaimSQL             = claimSQL
+	DeadLetterExpiredSQL = deadLetterExpiredSQL
+)
