@@ -60,7 +60,7 @@ func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
 	}
 	cases := []struct {
 		index, statement, sql string
-		args              []any
+		args                  []any
 	}{
 		{"external_integration_outbox_claim_walk_idx", "claimSQL (the walk over organization, connection pairs)", outbox.ClaimSQL, []any{claimArgs}},
 		{"external_integration_outbox_claim_orphan_idx", "claimSQL (due rows without a connection)", outbox.ClaimSQL, []any{claimArgs}},
