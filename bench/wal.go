@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,17 +23,34 @@ const targetWALPerInsert = 1.25
 // tables alone, or with our migrations applied up to Version.
 type walSchema struct {
 	Name    string
-	Version int64 // 0: the host's tables only
+	Version int64 // 0: the host's tables only; -1: every migration
+	// Without is an index of ours dropped after the install, Add a
+	// statement run then: a lever measured, not a schema we install.
+	Without string
+	Add     string
 }
 
 // walSchemas are measured side by side: the host alone, our index set before
-// migration 8, and every migration.
-var walSchemas = []walSchema{{"host only", 0}, {"ours up to migration 7", 7}, {"ours, every migration", -1}}
+// migration 8, every migration, and two levers on the legacy key index: without it
+// (the enqueue function's look-up of the host's own keyed rows then reads
+// the whole table: not measured), and as a hash index on the key alone.
+var walSchemas = []walSchema{
+	{Name: "host only"},
+	{Name: "ours up to migration 7", Version: 7},
+	{Name: "ours, every migration", Version: -1},
+	{Name: "ours, every migration, less external_integration_outbox_legacy_key_idx (a lever, not installed)", Version: -1,
+		Without: "external_integration_outbox_legacy_key_idx"},
+	{Name: "ours, every migration, the legacy key index as a hash index on the key (a lever, not installed)", Version: -1,
+		Without: "external_integration_outbox_legacy_key_idx",
+		Add: `create index external_integration_outbox_legacy_key_hash on external_integration_outbox
+			using hash (idempotency_key) where not idempotency_enforced and idempotency_key is not null`},
+}
 
 // walRun is one schema's measurement.
 type walRun struct {
 	Schema  string
 	Version int64
+	Without string
 	Rows    int
 	Indexes int // indexes on the outbox
 	// Host and Enqueue are N inserts of a queued command: the host's own
@@ -52,8 +70,20 @@ func (b walBatch) rate() float64      { return float64(b.Inserts) / max(b.Took.S
 
 // measureWAL loads the same outbox into a database per schema and measures
 // the WAL and the rate of n host inserts on each.
-func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, rowCount, n int) ([]walRun, error) {
-	var out []walRun
+func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, rowCount, n int) (out []walRun, err error) {
+	// The cluster runs without full-page writes (it is thrown away); a
+	// host's database has them, and the first change of each page after a
+	// checkpoint writes the whole page: the indexes an insert touches count
+	// here too.
+	restore, err := setFullPageWrites(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if rerr := restore(); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
 	for _, s := range walSchemas {
 		log.Info("measuring WAL per host insert", "schema", s.Name, "rows", rowCount, "inserts", n)
 		r, err := measureWALOnce(ctx, env, s, rowCount, n)
@@ -101,7 +131,7 @@ const enqueueSQL = `select integration_outbox_enqueue($1, $2, 'push_purchase_ord
 	walPayload + `, $3)`
 
 func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n int) (walRun, error) {
-	res := walRun{Schema: s.Name, Rows: rowCount}
+	res := walRun{Schema: s.Name, Rows: rowCount, Without: s.Without}
 	url, err := env.pg.CreateDatabase(ctx, "")
 	if err != nil {
 		return res, err
@@ -134,6 +164,16 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 		if res.Version, err = migrate.CurrentVersion(ctx, url); err != nil {
 			return res, err
 		}
+		if s.Without != "" {
+			if _, err := conn.Exec(ctx, "drop index "+pgx.Identifier{s.Without}.Sanitize()); err != nil {
+				return res, err
+			}
+		}
+		if s.Add != "" {
+			if _, err := conn.Exec(ctx, s.Add); err != nil {
+				return res, err
+			}
+		}
 	}
 	if _, err := conn.Exec(ctx, `vacuum (analyze) external_integration_outbox`); err != nil {
 		return res, err
@@ -144,7 +184,7 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 	if res.Host, err = walBatchOf(ctx, conn, hostInsertSQL, "host", n); err != nil {
 		return res, fmt.Errorf("host inserts: %w", err)
 	}
-	if s.Version != 0 {
+	if s.Version != 0 && (s.Without == "" || s.Add != "") {
 		if res.Enqueue, err = walBatchOf(ctx, conn, enqueueSQL, "enqueue", n); err != nil {
 			return res, fmt.Errorf("enqueues: %w", err)
 		}
@@ -198,13 +238,22 @@ func walRows(runs []walRun) []tableRow {
 		}
 		ratio := r.Host.perInsert() / host.Host.perInsert()
 		t = append(t, tableRow{"9", fmt.Sprintf("WAL per host insert of a queued command, %s-row outbox, %s (migration %d, %d indexes on the outbox)", rows(r.Rows), r.Schema, r.Version, r.Indexes),
-			fmt.Sprintf("%.0f B per insert, %.0f inserts/s (through `integration_outbox_enqueue`: %.0f B, %.0f/s)",
-				r.Host.perInsert(), r.Host.rate(), r.Enqueue.perInsert(), r.Enqueue.rate()),
+			fmt.Sprintf("%.0f B per insert, %.0f inserts/s%s", r.Host.perInsert(), r.Host.rate(), enqueueText(r.Enqueue)),
 			fmt.Sprintf("host only (%d indexes): %.0f B per insert, %.0f inserts/s", host.Indexes, host.Host.perInsert(), host.Host.rate()),
-			fmt.Sprintf("%s (enqueue %s); rate %s", x(ratio), x(r.Enqueue.perInsert()/host.Host.perInsert()), x(r.Host.rate()/host.Host.rate())),
+			fmt.Sprintf("%s; rate %s", x(ratio), x(r.Host.rate()/host.Host.rate())),
 			fmt.Sprintf("≤ %.2f×", targetWALPerInsert), status(ratio <= targetWALPerInsert)})
+		if r.Without != "" {
+			t[len(t)-1].target, t[len(t)-1].status = "", "lever"
+		}
 	}
 	return t
+}
+
+func enqueueText(b walBatch) string {
+	if b.Inserts == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (through `integration_outbox_enqueue`: %.0f B, %.0f/s)", b.perInsert(), b.rate())
 }
 
 func walMarkdown(runs []walRun) string {
@@ -215,6 +264,39 @@ func walMarkdown(runs []walRun) string {
 	for _, r := range runs {
 		names = append(names, r.Schema)
 	}
-	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`): %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, a purchase-order payload), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts (full-page images included: each batch starts after a checkpoint); the rate is inserts over the batch's wall time.\n",
+	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`): %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, a purchase-order payload), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. The rate is inserts over the batch's wall time. The last two schemas are levers, not what the migrations install: `external_integration_outbox_legacy_key_idx` dropped after the install, to show its share (the enqueue function's look-up of a key the host's own rows carry then reads the whole table, so no enqueue is measured there), and replaced by a hash index on the key alone with the same condition.\n",
 		strings.Join(names, "; "), rows(runs[0].Rows), runs[0].Host.Inserts)
+}
+
+// setFullPageWrites restarts the cluster with full_page_writes on (a
+// setting only a start or a reload changes, and the cluster's command line
+// sets it off) and returns what restarts it as it was.
+func setFullPageWrites(ctx context.Context, env *benchEnv) (restore func() error, err error) {
+	var was string
+	conn, err := pgx.Connect(ctx, env.pg.URL)
+	if err != nil {
+		return nil, err
+	}
+	err = conn.QueryRow(ctx, `show full_page_writes`).Scan(&was)
+	conn.Close(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if was == "on" {
+		return func() error { return nil }, nil
+	}
+	before := env.pg.Settings
+	env.pg.Settings = append(slices.Clone(before), "full_page_writes=on")
+	if err := env.pg.Restart(); err != nil {
+		return nil, fmt.Errorf("restarting PostgreSQL with full_page_writes on: %w", err)
+	}
+	env.postmaster = postmasterPID(env.pg.DataDir)
+	return func() error {
+		env.pg.Settings = before
+		if err := env.pg.Restart(); err != nil {
+			return fmt.Errorf("restarting PostgreSQL as it was: %w", err)
+		}
+		env.postmaster = postmasterPID(env.pg.DataDir)
+		return nil
+	}, nil
 }

@@ -2,6 +2,7 @@ package migrate_test
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -130,5 +131,50 @@ func TestMigration8LeavesTheHostsOwnIndexOfADroppedName(t *testing.T) {
 				where object_name = 'external_integration_outbox_claimable_idx'`) != 0 {
 			t.Errorf("after %s the host's claimable_idx is recorded as ours", step.name)
 		}
+	}
+}
+
+// Every index a fresh install owns on the host's tables is named in
+// docs/architecture.md (with the statement that reads it), and no dropped
+// one is listed as ours in docs/deploy.md.
+func TestEveryIndexOfOursIsNamedInTheArchitecture(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := freshDB(t)
+	if err := migrate.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, `select object_name from integration_outbox_owned_objects where kind = 'index' order by object_name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owned) < 8 {
+		t.Fatalf("a fresh install owns %d indexes: %v", len(owned), owned)
+	}
+	arch, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploy, err := os.ReadFile("../../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range owned {
+		short := strings.TrimPrefix(name, "external_integration_")
+		if !strings.Contains(string(arch), "| `"+short+"`") {
+			t.Errorf("docs/architecture.md has no row for %s", name)
+		}
+	}
+	for _, name := range droppedBy8 {
+		if strings.Contains(string(arch), "| `"+strings.TrimPrefix(name, "external_integration_")+"`") {
+			t.Errorf("docs/architecture.md lists %s, which migration 8 drops, as ours", name)
+		}
+	}
+	if !strings.Contains(string(deploy), "`_org_requeueable_idx`") {
+		t.Error("docs/deploy.md does not list the requeueable tenant index among ours")
 	}
 }
