@@ -135,6 +135,13 @@ func (in *Installer) Restore(ctx context.Context, objs HostObjects) error {
 		if err != nil {
 			return err
 		}
+		var found bool
+		if err := in.conn.QueryRow(ctx, `select to_regclass($1) is not null`, ix.Table).Scan(&found); err != nil {
+			return fmt.Errorf("reading the catalog: %w", err)
+		}
+		if !found {
+			continue // the host's table is gone: nothing to index
+		}
 		e, err := in.lookupIndex(ctx, ix)
 		if err != nil {
 			return err
