@@ -16,7 +16,7 @@ func TestMain(m *testing.M) {
 }
 
 // The operators' views that read rows of one organization use our indexes
-// on a loaded outbox: 100k rows over 1,000 organizations, mostly completed,
+// (by status too) on a loaded outbox: 100k rows over 1,000 organizations, mostly completed,
 // and 20k conflicts.
 func TestOperatorViewsUseOurIndexes(t *testing.T) {
 	t.Parallel()
@@ -56,6 +56,8 @@ func TestOperatorViewsUseOurIndexes(t *testing.T) {
 		{"external_integration_outbox_org_requeueable_idx", "failed rows of an organization", failedSQL, []any{10, org, 50}},
 		{"external_integration_outbox_entity_idx", "overdue queued rows of an organization", overdueQueuedSQL, []any{10, org, 300, 50}},
 		{"external_integration_outbox_entity_idx", "the command a row waits behind", waitingBehindSQL, []any{org, queuedRow}},
+		{"external_integration_outbox_entity_idx", "the list of an organization's queued rows", listSQL, []any{10, org, "queued", nil, 50}},
+		{"external_integration_outbox_org_requeueable_idx", "the list of an organization's dead-lettered rows", listSQL, []any{10, org, "dead_letter", nil, 50}},
 		{"external_integration_conflicts_org_idx", "the conflicts of a row", conflictsSQL, []any{org, queuedRow}},
 	}
 	for _, c := range cases {
