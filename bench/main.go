@@ -40,6 +40,8 @@ type options struct {
 	installSizes   []int
 	installRate    int
 	installWindow  time.Duration
+	walRows        int
+	walInserts     int
 	// only, when set, runs that one measurement ("install") and writes the
 	// table only where -out says.
 	only string
@@ -65,12 +67,14 @@ func main() {
 	flag.StringVar(&installSizes, "install-sizes", "1000000,10000000", "host outbox sizes of the live install measurement")
 	flag.IntVar(&o.installRate, "install-rate", 50, "host inserts per second during the live install measurement")
 	flag.DurationVar(&o.installWindow, "install-window", 10*time.Second, "how long the host's inserts run alone, for the reference")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install" or "fair" (the fair, capped claim); the table goes to stdout, and to -out only when given`)
+	flag.IntVar(&o.walRows, "wal-rows", 200000, "host outbox size of the WAL per host insert measurement")
+	flag.IntVar(&o.walInserts, "wal-inserts", 5000, "host inserts per schema in the WAL per host insert measurement")
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim) or "wal" (WAL per host insert); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
-	if o.only != "" && o.only != "install" && o.only != "fair" {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install" and "fair" are the measurements that run alone`)
+	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" {
+		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair" and "wal" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -179,6 +183,12 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	if o.only == "" || o.only == "install" {
 		step("live install", func() (err error) {
 			r.Install, err = measureInstall(ctx, log, env, o.installSizes, o.installRate, o.installWindow)
+			return
+		})
+	}
+	if o.only == "" || o.only == "wal" {
+		step("WAL per host insert", func() (err error) {
+			r.WAL, err = measureWAL(ctx, log, env, o.walRows, o.walInserts)
 			return
 		})
 	}

@@ -27,6 +27,7 @@ type report struct {
 	Visibility []visibilityClaim
 	Overload   []overloadRun
 	Install    []installRun
+	WAL        []walRun
 	Errors     []string
 	// Only is the one measurement run (-only), or empty for all of them.
 	Only string
@@ -222,6 +223,7 @@ func (r *report) table() []tableRow {
 
 	// 8. Live install.
 	t = append(t, installRows(r.Install)...)
+	t = append(t, walRows(r.WAL)...)
 	return t
 }
 
@@ -310,6 +312,7 @@ func (r *report) markdown() string {
 			r.Memory.Source, secretsManagerSecretUSD, pricesAsOf, r.Memory.gbSecondUSD(), r.Memory.Arch)
 	}
 	b.WriteString(installMarkdown(r.Install))
+	b.WriteString(walMarkdown(r.WAL))
 	b.WriteString(overloadMarkdown(r.Overload, r.Fair))
 	b.WriteString(visibilityMarkdown(r.Visibility))
 	return b.String()

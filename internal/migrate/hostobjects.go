@@ -1,15 +1,30 @@
 package migrate
 
+import "fmt"
+
 // HostObjects is what one migration adds to the host application's tables:
-// columns, check constraints and indexes. Up adds each one the host lacks,
-// before the migration's SQL file runs, without blocking the host's writes
-// (see Installer); the migration's down step drops exactly those it added.
+// columns, check constraints and indexes, and which indexes of an earlier
+// migration it drops. Up adds each one the host lacks, then drops those
+// indexes where they are ours, before the migration's SQL file runs, without
+// blocking the host's writes (see Installer); the migration's down step
+// builds again the indexes it dropped and drops exactly those it added.
 // To change which indexes a migration owns, edit its list here (a new
 // migration version for an installed schema: see docs/deploy.md).
 type HostObjects struct {
 	Columns     []Column
 	Constraints []Constraint
 	Indexes     []Index
+	Drops       []DroppedIndex
+}
+
+// DroppedIndex names an index that an earlier migration (Version) declares
+// and a later one drops. Its definition stays with the earlier migration: a
+// run that applies both never builds it, and the later one's down step builds
+// it again, recorded as the earlier migration's. An index of that name the
+// host created itself is never recorded as ours, so it is never dropped.
+type DroppedIndex struct {
+	Version int64
+	Name    string
 }
 
 // Column is a column of ours on a host table. Type is a PostgreSQL type
@@ -120,5 +135,61 @@ var hostObjects = map[int64]HostObjects{
 			{Table: outbox, Name: "external_integration_outbox_entity_idx",
 				Definition: "(integration_connection_id, local_entity_id) where status in ('queued', 'failed', 'processing')"},
 		},
+	}, 8: {
+		// Fewer index entries per host insert. A queued row a host inserts
+		// no longer enters the operators' tenant index: its replacement holds
+		// only the rows a rerun can requeue. The global partial indexes go:
+		// no statement reads the claimable one (the claim walks claim_walk_idx
+		// and claim_orphan_idx), and connection_leased_idx has the leased
+		// one's condition and answers its global reads too.
+		Indexes: []Index{
+			// Reruns by filter (internal/rerun selectByFilterSQL) and the
+			// operators' failed view of one organization.
+			{Table: outbox, Name: "external_integration_outbox_org_requeueable_idx",
+				Definition: "(organization_id, status, created_at) where status in ('failed', 'dead_letter', 'uncertain')"},
+		},
+		Drops: []DroppedIndex{
+			{1, "external_integration_outbox_claimable_idx"},
+			{1, "external_integration_outbox_leased_idx"},
+			{1, "external_integration_outbox_org_status_idx"},
+		},
 	},
+}
+
+// declaredIndex is the definition migration d.Version declares for d.Name.
+func declaredIndex(d DroppedIndex) (Index, error) {
+	for _, ix := range hostObjects[d.Version].Indexes {
+		if ix.Name == d.Name {
+			return ix, nil
+		}
+	}
+	return Index{}, fmt.Errorf("migration %d declares no index %s", d.Version, d.Name)
+}
+
+// upTo is what version installs when a run goes up to target: its indexes
+// that a migration after it, up to target, drops are left out.
+func upTo(version, target int64) HostObjects {
+	objs := hostObjects[version]
+	dropped := map[string]bool{}
+	for v, later := range hostObjects {
+		if v <= version || v > target {
+			continue
+		}
+		for _, d := range later.Drops {
+			if d.Version == version {
+				dropped[d.Name] = true
+			}
+		}
+	}
+	if len(dropped) == 0 {
+		return objs
+	}
+	kept := objs
+	kept.Indexes = nil
+	for _, ix := range objs.Indexes {
+		if !dropped[ix.Name] {
+			kept.Indexes = append(kept.Indexes, ix)
+		}
+	}
+	return kept
 }

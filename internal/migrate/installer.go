@@ -84,6 +84,75 @@ func (in *Installer) Install(ctx context.Context, version int64, objs HostObject
 			return fmt.Errorf("migration %d: index %s on %s: %w", version, ix.Name, ix.Table, err)
 		}
 	}
+	// Dropped once what replaces them is built.
+	for _, d := range objs.Drops {
+		if err := in.dropEarlierIndex(ctx, d); err != nil {
+			return fmt.Errorf("migration %d: dropping index %s of migration %d: %w", version, d.Name, d.Version, err)
+		}
+	}
+	return nil
+}
+
+// dropEarlierIndex drops CONCURRENTLY the index d names if it is recorded as
+// ours, then forgets it. An index of that name the host has is not ours and
+// stays. Dropped first, forgotten after: a run killed in between finds the
+// record without its index and forgets it.
+func (in *Installer) dropEarlierIndex(ctx context.Context, d DroppedIndex) error {
+	ix, err := declaredIndex(d)
+	if err != nil {
+		return err
+	}
+	e, err := in.lookupIndex(ctx, ix)
+	if err != nil {
+		return err
+	}
+	if e != nil && !e.owned {
+		in.log.InfoContext(ctx, "leaving the host's own index of a name we no longer use", "index", ix.Name)
+		return nil
+	}
+	if e != nil && e.onTable {
+		if err := in.dropIndex(ctx, ix.Table, ix.Name); err != nil {
+			return err
+		}
+	}
+	if _, err := in.conn.Exec(ctx, `
+		delete from integration_outbox_owned_objects
+		where kind = 'index' and table_name = $1 and object_name = $2`, ix.Table, ix.Name); err != nil {
+		return fmt.Errorf("forgetting: %w", err)
+	}
+	return nil
+}
+
+// Restore builds again, CONCURRENTLY, the indexes objs drops (a down step),
+// each recorded as the migration's that declares it. A relation of that name
+// that is not ours (the host's) is left as it is.
+func (in *Installer) Restore(ctx context.Context, objs HostObjects) error {
+	if _, err := in.conn.Exec(ctx, ownedObjectsSQL); err != nil {
+		return fmt.Errorf("creating integration_outbox_owned_objects: %w", err)
+	}
+	for _, d := range objs.Drops {
+		ix, err := declaredIndex(d)
+		if err != nil {
+			return err
+		}
+		var found bool
+		if err := in.conn.QueryRow(ctx, `select to_regclass($1) is not null`, ix.Table).Scan(&found); err != nil {
+			return fmt.Errorf("reading the catalog: %w", err)
+		}
+		if !found {
+			continue // the host's table is gone: nothing to index
+		}
+		e, err := in.lookupIndex(ctx, ix)
+		if err != nil {
+			return err
+		}
+		if e != nil && !e.owned {
+			continue
+		}
+		if err := in.installIndex(ctx, d.Version, ix); err != nil {
+			return fmt.Errorf("restoring index %s of migration %d: %w", ix.Name, d.Version, err)
+		}
+	}
 	return nil
 }
 

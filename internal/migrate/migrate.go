@@ -6,14 +6,16 @@
 // are missing (migrations.HostStandIn); nothing reverts it. Then, for each
 // migration in order, the Installer adds what the migration declares on the
 // host's tables (hostObjects: columns, constraints, indexes built
-// concurrently), and goose applies the migration's SQL file (our own tables
+// concurrently) and drops the indexes of earlier migrations it replaces
+// (HostObjects.Drops; a run that applies both never builds them), and goose applies the migration's SQL file (our own tables
 // and functions) in its own transaction. Up checks the host objects of the
 // migrations already applied too, so a run that was killed half way is
 // completed by the next. Last, it recovers the rows the old worker left in
 // processing (RecoverLeftovers).
 //
-// Down rolls back the most recent migration: the Installer drops what it
-// recorded on the host's tables, then goose runs the SQL down step. Down
+// Down rolls back the most recent migration: the Installer builds again the
+// indexes of earlier migrations it dropped, drops what it recorded on the
+// host's tables, then goose runs the SQL down step. Down
 // never drops a host table or a column the host had.
 package migrate
 
@@ -42,6 +44,9 @@ type Config struct {
 	Log *slog.Logger
 	// Tracer, when set, sees every statement of the host-object steps.
 	Tracer pgx.QueryTracer
+	// Version, when set, is the last migration UpWith applies (a benchmark
+	// of an earlier schema); one already applied after it stays applied.
+	Version int64
 }
 
 // Up creates the host tables that are missing, then applies every pending
@@ -63,9 +68,17 @@ func UpWith(ctx context.Context, databaseURL string, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("reading the schema version: %w", err)
 		}
-		for _, src := range s.provider.ListSources() {
-			if objs, ok := hostObjects[src.Version]; ok {
-				if err := s.installer.Install(ctx, src.Version, objs); err != nil {
+		sources := s.provider.ListSources()
+		target := sources[len(sources)-1].Version
+		if cfg.Version > 0 {
+			target = max(cfg.Version, current)
+		}
+		for _, src := range sources {
+			if src.Version > target {
+				break
+			}
+			if _, ok := hostObjects[src.Version]; ok {
+				if err := s.installer.Install(ctx, src.Version, upTo(src.Version, target)); err != nil {
 					return err
 				}
 			}
@@ -123,6 +136,11 @@ func DownWith(ctx context.Context, databaseURL string, cfg Config) error {
 		current, err := s.provider.GetDBVersion(ctx)
 		if err != nil {
 			return fmt.Errorf("reading the schema version: %w", err)
+		}
+		if objs, ok := hostObjects[current]; ok && len(objs.Drops) > 0 {
+			if err := s.installer.Restore(ctx, objs); err != nil {
+				return fmt.Errorf("migration %d: %w", current, err)
+			}
 		}
 		if current > 0 {
 			if err := s.installer.DropOwned(ctx, current); err != nil {

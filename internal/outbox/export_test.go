@@ -39,3 +39,9 @@ func (s *Store) ClaimPlan(ctx context.Context, tx pgx.Tx, p ClaimParams, setup b
 		append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...).Scan(&plan)
 	return plan, err
 }
+
+// The statements whose plans outbox_test checks.
+const (
+	ClaimSQL             = claimSQL
+	DeadLetterExpiredSQL = deadLetterExpiredSQL
+)

@@ -25,7 +25,7 @@ select ` + candidateColumns + `
 from external_integration_outbox
 where organization_id = $1
   and status = any($2::text[])
-  and status <> 'completed' -- never requeueable; lets the tenant index (which leaves completed rows out) serve the scan
+  and status in ('failed', 'dead_letter', 'uncertain') -- the requeueable ones; lets the tenant index of those rows serve the scan
   and ($3::uuid is null or integration_connection_id = $3)
   and ($4::text is null or command_type = $4)
   and ($5::timestamptz is null or created_at >= $5)

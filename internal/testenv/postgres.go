@@ -32,6 +32,9 @@ type Postgres struct {
 	Port    int
 	DataDir string
 	BinDir  string
+	// Settings are name=value settings given to the server after the
+	// defaults (the later wins), from its next start (Restart).
+	Settings []string
 
 	cmd    *exec.Cmd
 	dir    string
@@ -93,12 +96,16 @@ func (p *Postgres) start() error {
 		p.Port = port
 	}
 	p.exited = make(chan struct{})
-	p.cmd = p.command(filepath.Join(p.BinDir, "postgres"), "-D", p.DataDir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(p.Port),
-		"-c", "unix_socket_directories="+p.dir, "-c", "fsync=off",
+	args := []string{"-D", p.DataDir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "port=" + strconv.Itoa(p.Port),
+		"-c", "unix_socket_directories=" + p.dir, "-c", "fsync=off",
 		"-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200", "-c", "shared_preload_libraries=pg_stat_statements",
-		"-c", "pg_stat_statements.track=all")
+		"-c", "pg_stat_statements.track=all"}
+	for _, setting := range p.Settings {
+		args = append(args, "-c", setting)
+	}
+	p.cmd = p.command(filepath.Join(p.BinDir, "postgres"), args...)
 	logFile, err := os.Create(filepath.Join(p.dir, "postgres.log"))
 	if err != nil {
 		return fmt.Errorf("creating postgres log: %w", err)

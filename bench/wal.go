@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"integration-outbox/internal/migrate"
+	"integration-outbox/migrations"
+)
+
+// targetWALPerInsert bounds the WAL a host insert of a queued command writes
+// with our objects installed, over the host-only database's.
+const targetWALPerInsert = 1.25
+
+// walSchema is one database the host's inserts are measured on: the host's
+// tables alone, or with our migrations applied up to Version.
+type walSchema struct {
+	Name    string
+	Version int64 // 0: the host's tables only; -1: every migration
+	// Without is an index of ours dropped after the install, Add a
+	// statement run then: a lever measured, not a schema we install.
+	Without string
+	Add     string
+}
+
+// walSchemas are measured side by side: the host alone, our index set before
+// migration 8, every migration, and two levers on the legacy key index: without it
+// (the enqueue function's look-up of the host's own keyed rows then reads
+// the whole table: not measured), and as a hash index on the key alone.
+var walSchemas = []walSchema{
+	{Name: "host only"},
+	{Name: "ours up to migration 7", Version: 7},
+	{Name: "ours, every migration", Version: -1},
+	{Name: "ours, every migration, less external_integration_outbox_legacy_key_idx (a lever, not installed)", Version: -1,
+		Without: "external_integration_outbox_legacy_key_idx"},
+	{Name: "ours, every migration, the legacy key index as a hash index on the key (a lever, not installed)", Version: -1,
+		Without: "external_integration_outbox_legacy_key_idx",
+		Add: `create index external_integration_outbox_legacy_key_hash on external_integration_outbox
+			using hash (idempotency_key) where not idempotency_enforced and idempotency_key is not null`},
+}
+
+// walRun is one schema's measurement.
+type walRun struct {
+	Schema  string
+	Version int64
+	Without string
+	Rows    int
+	Indexes int // indexes on the outbox
+	// Host and Enqueue are N inserts of a queued command: the host's own
+	// INSERT, and integration_outbox_enqueue (absent on the host-only
+	// database).
+	Host, Enqueue walBatch
+}
+
+type walBatch struct {
+	Inserts int
+	WAL     int64 // bytes, pg_current_wal_lsn() after - before
+	Took    time.Duration
+}
+
+func (b walBatch) perInsert() float64 { return float64(b.WAL) / float64(max(b.Inserts, 1)) }
+func (b walBatch) rate() float64      { return float64(b.Inserts) / max(b.Took.Seconds(), 1e-9) }
+
+// measureWAL loads the same outbox into a database per schema and measures
+// the WAL and the rate of n host inserts on each.
+func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, rowCount, n int) (out []walRun, err error) {
+	// The cluster runs without full-page writes (it is thrown away); a
+	// host's database has them, and the first change of each page after a
+	// checkpoint writes the whole page: the indexes an insert touches count
+	// here too.
+	restore, err := setFullPageWrites(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if rerr := restore(); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	for _, s := range walSchemas {
+		log.Info("measuring WAL per host insert", "schema", s.Name, "rows", rowCount, "inserts", n)
+		r, err := measureWALOnce(ctx, env, s, rowCount, n)
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// walLoadSQL fills the host's outbox: 1,000 organizations with one
+// connection each, most rows completed, 1 in 20 queued, 1 in 50 failed, each
+// with an idempotency key, created a second apart.
+const (
+	walConnectionsSQL = `
+insert into integration_connections (id, organization_id, provider)
+select ('00000000-0000-4000-9000-' || lpad(g::text, 12, '0'))::uuid,
+    ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, 'webhook'
+from generate_series(0, 999) g`
+	walLoadSQL = `
+insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+    local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count, next_attempt_at,
+    completed_at, created_at)
+select ('00000000-0000-4000-8000-' || lpad((g % 1000)::text, 12, '0'))::uuid,
+    ('00000000-0000-4000-9000-' || lpad((g % 1000)::text, 12, '0'))::uuid, 'webhook',
+    'push_purchase_order', 'purchase_order', gen_random_uuid(), ` + walPayload + `, 'po-' || g,
+    case when g % 50 = 0 then 'failed' when g % 20 = 0 then 'queued' else 'completed' end,
+    g % 3, now(), case when g % 20 <> 0 then now() end, now() - make_interval(secs => $1 - g)
+from generate_series(1, $1) g`
+)
+
+// walPayload is a purchase order as a back office enqueues one.
+const walPayload = `'{"purchaseOrderId": "7d1c2a8e-4b0f-4e55-9a57-0c7f3c1d2e11", "externalSupplierId": "SUP-1042",
+    "orderNumber": "PO-2026-004211", "currency": "EUR", "lines": [{"sku": "FLOUR-25KG", "quantity": 4, "unitPriceMinor": 1899},
+    {"sku": "SUGAR-10KG", "quantity": 2, "unitPriceMinor": 1250}, {"sku": "YEAST-500G", "quantity": 10, "unitPriceMinor": 349}]}'::jsonb`
+
+// hostInsertSQL is the back office's own insert of a queued command.
+const hostInsertSQL = `
+insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+    local_entity_type, local_entity_id, payload_json, idempotency_key, status, next_attempt_at)
+values ($1, $2, 'webhook', 'push_purchase_order', 'purchase_order', gen_random_uuid(), ` + walPayload + `, $3, 'queued', now())`
+
+const enqueueSQL = `select integration_outbox_enqueue($1, $2, 'push_purchase_order', 'purchase_order', gen_random_uuid(), ` +
+	walPayload + `, $3)`
+
+func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n int) (walRun, error) {
+	res := walRun{Schema: s.Name, Rows: rowCount, Without: s.Without}
+	url, err := env.pg.CreateDatabase(ctx, "")
+	if err != nil {
+		return res, err
+	}
+	defer env.dropDatabase(context.WithoutCancel(ctx), url)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return res, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, migrations.HostStandIn); err != nil {
+		return res, fmt.Errorf("creating the host's tables: %w", err)
+	}
+	if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, stmt := range []string{`set local synchronous_commit = off`, walConnectionsSQL} {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, walLoadSQL, rowCount)
+		return err
+	}); err != nil {
+		return res, fmt.Errorf("loading: %w", err)
+	}
+	if s.Version != 0 {
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		if err := migrate.UpWith(ctx, url, migrate.Config{Log: quiet, Version: max(s.Version, 0)}); err != nil {
+			return res, fmt.Errorf("migrating: %w", err)
+		}
+		if res.Version, err = migrate.CurrentVersion(ctx, url); err != nil {
+			return res, err
+		}
+		if s.Without != "" {
+			if _, err := conn.Exec(ctx, "drop index "+pgx.Identifier{s.Without}.Sanitize()); err != nil {
+				return res, err
+			}
+		}
+		if s.Add != "" {
+			if _, err := conn.Exec(ctx, s.Add); err != nil {
+				return res, err
+			}
+		}
+	}
+	if _, err := conn.Exec(ctx, `vacuum (analyze) external_integration_outbox`); err != nil {
+		return res, err
+	}
+	if err := conn.QueryRow(ctx, `select count(*) from pg_index where indrelid = 'external_integration_outbox'::regclass`).Scan(&res.Indexes); err != nil {
+		return res, err
+	}
+	if res.Host, err = walBatchOf(ctx, conn, hostInsertSQL, "host", n); err != nil {
+		return res, fmt.Errorf("host inserts: %w", err)
+	}
+	if s.Version != 0 && (s.Without == "" || s.Add != "") {
+		if res.Enqueue, err = walBatchOf(ctx, conn, enqueueSQL, "enqueue", n); err != nil {
+			return res, fmt.Errorf("enqueues: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// walBatchOf runs n inserts of stmt, each its own transaction as a back
+// office's request is, after a CHECKPOINT (so every schema's batch starts
+// writing full-page images alike), and reads the WAL they wrote.
+func walBatchOf(ctx context.Context, conn *pgx.Conn, stmt, keyPrefix string, n int) (walBatch, error) {
+	b := walBatch{Inserts: n}
+	if _, err := conn.Exec(ctx, `checkpoint`); err != nil {
+		return b, err
+	}
+	var before string
+	if err := conn.QueryRow(ctx, `select pg_current_wal_lsn()::text`).Scan(&before); err != nil {
+		return b, err
+	}
+	began := time.Now()
+	for i := range n {
+		org := fmt.Sprintf("00000000-0000-4000-8000-%012d", i%1000)
+		connID := fmt.Sprintf("00000000-0000-4000-9000-%012d", i%1000)
+		if _, err := conn.Exec(ctx, stmt, org, connID, fmt.Sprintf("%s-%d", keyPrefix, i)); err != nil {
+			return b, err
+		}
+	}
+	b.Took = time.Since(began)
+	if err := conn.QueryRow(ctx, `select pg_current_wal_lsn() - $1::pg_lsn`, before).Scan(&b.WAL); err != nil {
+		return b, err
+	}
+	return b, nil
+}
+
+// walRows are the table's rows: each installed schema's WAL per host insert
+// beside the host-only database's.
+func walRows(runs []walRun) []tableRow {
+	var host *walRun
+	for i := range runs {
+		if runs[i].Version == 0 {
+			host = &runs[i]
+		}
+	}
+	if host == nil {
+		return nil
+	}
+	var t []tableRow
+	for _, r := range runs {
+		if r.Version == 0 {
+			continue
+		}
+		ratio := r.Host.perInsert() / host.Host.perInsert()
+		t = append(t, tableRow{"9", fmt.Sprintf("WAL per host insert of a queued command, %s-row outbox, %s (migration %d, %d indexes on the outbox)", rows(r.Rows), r.Schema, r.Version, r.Indexes),
+			fmt.Sprintf("%.0f B per insert, %.0f inserts/s%s", r.Host.perInsert(), r.Host.rate(), enqueueText(r.Enqueue)),
+			fmt.Sprintf("host only (%d indexes): %.0f B per insert, %.0f inserts/s", host.Indexes, host.Host.perInsert(), host.Host.rate()),
+			fmt.Sprintf("%s; rate %s", x(ratio), x(r.Host.rate()/host.Host.rate())),
+			fmt.Sprintf("≤ %.2f×", targetWALPerInsert), status(ratio <= targetWALPerInsert)})
+		if r.Without != "" {
+			t[len(t)-1].target, t[len(t)-1].status = "", "lever"
+		}
+	}
+	return t
+}
+
+func enqueueText(b walBatch) string {
+	if b.Inserts == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (through `integration_outbox_enqueue`: %.0f B, %.0f/s)", b.perInsert(), b.rate())
+}
+
+func walMarkdown(runs []walRun) string {
+	if len(runs) == 0 {
+		return ""
+	}
+	var names []string
+	for _, r := range runs {
+		names = append(names, r.Schema)
+	}
+	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`): %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, a purchase-order payload), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. The rate is inserts over the batch's wall time. The last two schemas are levers, not what the migrations install: `external_integration_outbox_legacy_key_idx` dropped after the install, to show its share (the enqueue function's look-up of a key the host's own rows carry then reads the whole table, so no enqueue is measured there), and replaced by a hash index on the key alone with the same condition.\n",
+		strings.Join(names, "; "), rows(runs[0].Rows), runs[0].Host.Inserts)
+}
+
+// setFullPageWrites restarts the cluster with full_page_writes on (a
+// setting only a start or a reload changes, and the cluster's command line
+// sets it off) and returns what restarts it as it was.
+func setFullPageWrites(ctx context.Context, env *benchEnv) (restore func() error, err error) {
+	var was string
+	conn, err := pgx.Connect(ctx, env.pg.URL)
+	if err != nil {
+		return nil, err
+	}
+	err = conn.QueryRow(ctx, `show full_page_writes`).Scan(&was)
+	conn.Close(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if was == "on" {
+		return func() error { return nil }, nil
+	}
+	before := env.pg.Settings
+	env.pg.Settings = append(slices.Clone(before), "full_page_writes=on")
+	if err := env.pg.Restart(); err != nil {
+		return nil, fmt.Errorf("restarting PostgreSQL with full_page_writes on: %w", err)
+	}
+	env.postmaster = postmasterPID(env.pg.DataDir)
+	return func() error {
+		env.pg.Settings = before
+		if err := env.pg.Restart(); err != nil {
+			return fmt.Errorf("restarting PostgreSQL as it was: %w", err)
+		}
+		env.postmaster = postmasterPID(env.pg.DataDir)
+		return nil
+	}, nil
+}

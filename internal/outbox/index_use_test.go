@@ -1,0 +1,103 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"integration-outbox/internal/outbox"
+)
+
+// indexUseLoadSQL fills a migrated outbox so the planner has a real choice:
+// 1,000 organizations with a connection each, 100k rows with keys, mostly
+// completed; 1 in 50 queued, 1 in 100 failed (due), 1 in 200 leased (half of
+// them expired), 1 in 500 accepted with a follow-up due, 1 in 1,000 queued
+// without a connection, the host's older keyed rows beside the enqueued ones.
+const indexUseLoadSQL = `
+insert into integration_connections (id, organization_id, provider)
+select ('00000000-0000-4000-9000-' || lpad(g::text, 12, '0'))::uuid,
+    ('00000000-0000-4000-8000-' || lpad(g::text, 12, '0'))::uuid, 'sandbox'
+from generate_series(0, 999) g;
+insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+    local_entity_type, local_entity_id, idempotency_key, idempotency_enforced, status, attempt_count,
+    next_attempt_at, claim_token, lease_expires_at, provider_status, created_at)
+select ('00000000-0000-4000-8000-' || lpad((g % 1000)::text, 12, '0'))::uuid,
+    case when g % 1000 = 7 then null else ('00000000-0000-4000-9000-' || lpad((g % 1000)::text, 12, '0'))::uuid end,
+    'sandbox', 'push_purchase_order', 'purchase_order', gen_random_uuid(), 'key-' || g, g % 2 = 0,
+    case when g % 1000 = 7 or g % 50 = 0 then 'queued' when g % 100 = 1 then 'failed'
+         when g % 200 = 3 or g % 500 = 4 then 'processing' else 'completed' end,
+    g % 3, now() - interval '1 minute',
+    case when g % 200 = 3 or g % 500 = 4 then gen_random_uuid() end,
+    case when g % 200 = 3 then now() + case when g % 400 = 3 then interval '10 minutes' else interval '-1 minute' end end,
+    case when g % 500 = 4 then 'accepted' end,
+    now() - make_interval(secs => 100000 - g)
+from generate_series(1, 100000) g;
+analyze external_integration_outbox;
+analyze integration_connections;
+analyze external_integration_conflicts`
+
+// Every index of ours on the host's outbox is read by a production
+// statement: on a loaded table, the plan of that statement uses it. (The
+// requeueable tenant index is checked with its statement in internal/rerun.)
+func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := pg.NewDB(t)
+	if _, err := f.Pool.Exec(ctx, indexUseLoadSQL); err != nil {
+		t.Fatal(err)
+	}
+	org := "00000000-0000-4000-8000-000000000042"
+	claimArgs := pgx.NamedArgs{"claim_limit": 50, "max_attempts": 10, "lease_seconds": 900.0,
+		"organization_id": nil, "ids": nil, "max_in_flight": 5000, "connection_max_in_flight": 10,
+		"after_organization": "00000000-0000-0000-0000-000000000000", "circuit_on": true}
+	// The enqueue function's look-up of a key, as installed.
+	var existingSQL string
+	if err := f.Pool.QueryRow(ctx, `select prosrc from pg_proc where proname = 'integration_outbox_enqueue_existing'`).Scan(&existingSQL); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		index, statement, sql string
+		args                  []any
+	}{
+		{"external_integration_outbox_claim_walk_idx", "claimSQL (the walk over organization, connection pairs)", outbox.ClaimSQL, []any{claimArgs}},
+		{"external_integration_outbox_claim_orphan_idx", "claimSQL (due rows without a connection)", outbox.ClaimSQL, []any{claimArgs}},
+		{"external_integration_outbox_entity_idx", "claimSQL (per-entity order)", outbox.ClaimSQL, []any{claimArgs}},
+		{"external_integration_outbox_connection_leased_idx", "claimSQL (a connection's leased rows)", outbox.ClaimSQL, []any{claimArgs}},
+		{"external_integration_outbox_follow_up_idx", "claimSQL (follow-ups due)", outbox.ClaimSQL, []any{claimArgs}},
+		{"external_integration_outbox_connection_leased_idx", "deadLetterExpiredSQL (expired leases)", outbox.DeadLetterExpiredSQL, []any{10, nil, nil}},
+		{"external_integration_outbox_follow_up_idx", "deadLetterExpiredSQL (follow-ups due)", outbox.DeadLetterExpiredSQL, []any{10, nil, nil}},
+		// The live rows of the entity index hold every queued and failed one.
+		{"external_integration_outbox_entity_idx", "deadLetterExpiredSQL (queued and failed rows)", outbox.DeadLetterExpiredSQL, []any{10, nil, nil}},
+		{"external_integration_conflicts_open_outbox_idx", "deadLetterExpiredSQL (one open conflict per row)", outbox.DeadLetterExpiredSQL, []any{10, nil, nil}},
+		{"external_integration_outbox_enqueue_key_idx", "integration_outbox_enqueue_existing (enqueued keys)", existingSQL, []any{org, "key-42"}},
+		{"external_integration_outbox_legacy_key_idx", "integration_outbox_enqueue_existing (the host's older keys)", existingSQL, []any{org, "key-1042"}},
+	}
+	for _, c := range cases {
+		t.Run(c.index+" "+c.statement, func(t *testing.T) {
+			var plan string
+			if err := f.Pool.QueryRow(ctx, "explain (format json) "+c.sql, c.args...).Scan(&plan); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(plan, fmt.Sprintf("%q", c.index)) {
+				t.Errorf("the plan of %s does not use %s: %s", c.statement, c.index, planOutline(plan))
+			}
+		})
+	}
+}
+
+// planOutline is a plan's node types, relations and index names, in order.
+func planOutline(plan string) string {
+	var out []string
+	for line := range strings.SplitSeq(plan, "\n") {
+		line = strings.TrimSpace(line)
+		for _, key := range []string{`"Node Type"`, `"Relation Name"`, `"Index Name"`} {
+			if strings.HasPrefix(line, key) {
+				out = append(out, strings.Trim(strings.TrimPrefix(line, key+": "), `",`))
+			}
+		}
+	}
+	return strings.Join(out, " / ")
+}
