@@ -100,14 +100,16 @@ func TestRunWaitsOnlyForRoomThatRowsInFlightCanFree(t *testing.T) {
 		store := outbox.NewStore(b.f.Pool).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
 		d, err := dispatch.New(store, b.sqs, dispatch.Config{
 			Routes: dispatch.Routes{"push_purchase_order": b.queue}, MaxAttempts: 10, Lease: 15 * time.Minute,
-			ConnectionMaxInFlight: connMax, RoomWait: 5 * time.Millisecond, Reserve: 10 * time.Millisecond,
+			ConnectionMaxInFlight: connMax, RoomWait: 20 * time.Millisecond, Reserve: time.Second,
 			Metrics: metrics.NewEmitter(&buf, "dispatch")})
 		if err != nil {
 			t.Fatal(err)
 		}
-		// A budget of 300 ms: a run that waits for room claims again every
-		// 5 ms until it is spent.
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		// A budget of 2 s, of which the last second is kept in reserve: a
+		// run that waits for room claims again every 20 ms until then. (A
+		// generous reserve: no claim on a loaded machine runs into the
+		// deadline.)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if _, err := d.Run(ctx, dispatch.Request{}); err != nil {
 			t.Fatal(err)
