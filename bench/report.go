@@ -27,6 +27,7 @@ type report struct {
 	Visibility []visibilityClaim
 	Overload   []overloadRun
 	Install    []installRun
+	Churn      []churnRun
 	Errors     []string
 	// Only is the one measurement run (-only), or empty for all of them.
 	Only string
@@ -222,6 +223,9 @@ func (r *report) table() []tableRow {
 
 	// 8. Live install.
 	t = append(t, installRows(r.Install)...)
+
+	// 9. Churn.
+	t = append(t, churnRows(r.Churn)...)
 	return t
 }
 
@@ -312,6 +316,7 @@ func (r *report) markdown() string {
 	b.WriteString(installMarkdown(r.Install))
 	b.WriteString(overloadMarkdown(r.Overload, r.Fair))
 	b.WriteString(visibilityMarkdown(r.Visibility))
+	b.WriteString(churnMarkdown(r.Churn))
 	return b.String()
 }
 
