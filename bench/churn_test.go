@@ -51,6 +51,9 @@ func TestFamilyOf(t *testing.T) {
 		"select set_config('plan_cache_mode', 'force_generic_plan', true),\n    set_config('enable_bitmapscan', 'off', true),\n    pg_advisory_xact_lock(hashtext($1))": "claim",
 		"\nwith recursive budget as (\n    select 1": "claim",
 		"commit": "other",
+		// As pg_stat_statements keeps them, constants replaced.
+		"update external_integration_outbox set status = $3, provider_reference = $2,\n    provider_status = $4":                                                              "legacy complete",
+		"insert into external_integration_outbox (organization_id, integration_connection_id, provider,\n    command_type, local_entity_type) values ($1::uuid, $2::uuid, $6": "legacy insert",
 	}
 	for q, want := range cases {
 		if got := familyOf(q); got != want {
