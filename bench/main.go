@@ -42,6 +42,9 @@ type options struct {
 	installWindow  time.Duration
 	walRows        int
 	walInserts     int
+	churnSizes     []int
+	churnRate      int
+	churnDuration  time.Duration
 	// only, when set, runs that one measurement ("install") and writes the
 	// table only where -out says.
 	only string
@@ -53,6 +56,7 @@ func main() {
 		sizes        string
 		fairSizes    string
 		installSizes string
+		churnSizes   string
 	)
 	flag.StringVar(&o.out, "out", "results.md", "where to write the table (a results.raw beside it gets the raw samples)")
 	flag.StringVar(&sizes, "claim-sizes", "10000,100000,1000000", "outbox sizes of the claim measurement")
@@ -69,12 +73,15 @@ func main() {
 	flag.DurationVar(&o.installWindow, "install-window", 10*time.Second, "how long the host's inserts run alone, for the reference")
 	flag.IntVar(&o.walRows, "wal-rows", 200000, "host outbox size of the WAL per host insert measurement")
 	flag.IntVar(&o.walInserts, "wal-inserts", 5000, "host inserts per schema in the WAL per host insert measurement")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim) or "wal" (WAL per host insert); the table goes to stdout, and to -out only when given`)
+	flag.StringVar(&churnSizes, "churn-sizes", "40000,1000000", "starting outbox sizes of the churn run (ours and the legacy worker at each)")
+	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
+	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert) or "churn"; the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
-	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair" and "wal" are the measurements that run alone`)
+	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" && o.only != "churn" {
+		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal" and "churn" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -91,6 +98,14 @@ func main() {
 	}
 	if o.installSizes, err = parseInstallSizes(installSizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -install-sizes:", err)
+		os.Exit(2)
+	}
+	if o.churnSizes, err = parseInstallSizes(churnSizes); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -churn-sizes:", err)
+		os.Exit(2)
+	}
+	if o.churnRate < 1 || o.churnDuration < 4*time.Second {
+		fmt.Fprintln(os.Stderr, "bench: -churn-rate must be at least 1 and -churn-duration at least 4s")
 		os.Exit(2)
 	}
 
@@ -199,6 +214,15 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 			return
 		})
 	}
+	churn := func() {
+		step("churn", func() (err error) {
+			r.Churn, err = measureChurn(ctx, log, env, o.churnSizes, o.churnRate, o.churnDuration)
+			return
+		})
+	}
+	if o.only == "churn" {
+		churn()
+	}
 	if o.only != "" {
 		return finish(ctx, log, r, o, began, failed)
 	}
@@ -214,6 +238,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 			return
 		})
 	}
+	churn()
 	step("worker batch", func() (err error) { r.Worker, err = measureWorker(ctx, env); return })
 	step("secret calls, cache on", func() (err error) { r.CacheOn, err = measurePipeline(ctx, env, cacheOn); return })
 	step("secret calls, cache off", func() (err error) { r.CacheOff, err = measurePipeline(ctx, env, cacheOff); return })

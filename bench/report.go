@@ -28,6 +28,7 @@ type report struct {
 	Overload   []overloadRun
 	Install    []installRun
 	WAL        []walRun
+	Churn      []churnRun
 	Errors     []string
 	// Only is the one measurement run (-only), or empty for all of them.
 	Only string
@@ -224,6 +225,9 @@ func (r *report) table() []tableRow {
 	// 8. Live install.
 	t = append(t, installRows(r.Install)...)
 	t = append(t, walRows(r.WAL)...)
+
+	// 10. Churn.
+	t = append(t, churnRows(r.Churn)...)
 	return t
 }
 
@@ -315,6 +319,7 @@ func (r *report) markdown() string {
 	b.WriteString(walMarkdown(r.WAL))
 	b.WriteString(overloadMarkdown(r.Overload, r.Fair))
 	b.WriteString(visibilityMarkdown(r.Visibility))
+	b.WriteString(churnMarkdown(r.Churn))
 	return b.String()
 }
 

@@ -1,0 +1,808 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/purchaseorder"
+	"integration-outbox/internal/testenv"
+)
+
+// The churn run: producers enqueue at a steady rate, a claimer claims
+// batches of claimLimit every churnClaimEvery, workers start and record
+// what it claimed, autovacuum at its defaults, for a few minutes, on a
+// mostly completed outbox. Ours and the legacy worker each get a database
+// of the same rows.
+const (
+	churnOrgs       = 100
+	churnClaimEvery = 250 * time.Millisecond
+	churnSweepEvery = 4  // claims per dispatch run: the dead-letter sweep runs before the first
+	churnGroup      = 10 // claimed rows per push invocation
+	churnFakeCall   = 2 * time.Millisecond
+	churnPoolSize   = 40
+)
+
+// Churn variants.
+const (
+	churnOurs   = "ours"
+	churnLegacy = "legacy"
+)
+
+// The legacy host and worker's statements on the churn (the legacy worker's
+// claim is legacyClaimSQL): the host inserts the row itself; per claimed job
+// the worker selects the purchase order, loads the connection and marks the
+// row completed. Each is sent as node-postgres sends a parameterised query
+// (an unnamed statement, planned per call).
+const (
+	legacyInsertSQL = `insert into external_integration_outbox (organization_id, integration_connection_id, provider,
+    command_type, local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count, next_attempt_at)
+values ($1::uuid, $2::uuid, 'sandbox', 'push_purchase_order', 'purchase_order', $3::uuid, $4::jsonb, $5, 'queued', 0, now())`
+	legacyOrderSQL      = `select * from purchase_orders where id = $1::uuid and organization_id = $2::uuid`
+	legacyConnectionSQL = `select * from integration_connections where id = $1::uuid and organization_id = $2::uuid`
+	legacyCompleteSQL   = `update external_integration_outbox set status = 'completed', provider_reference = $2,
+    provider_status = 'completed', last_error = null, completed_at = now(), updated_at = now() where id = $1::uuid`
+	churnEnqueueSQL = `select integration_outbox_enqueue($1::uuid, $2::uuid, 'push_purchase_order', 'purchase_order',
+    $3::uuid, $4::jsonb, $5)`
+	churnPayload = `{"externalSupplierId": "SUP-1"}`
+)
+
+// statementFamily names what a pg_stat_statements entry belongs to.
+type statementFamily struct {
+	Name string
+	// Match is a fragment of the statement's text.
+	Match string
+}
+
+// churnFamilies classify the churn's top-level statements, first match wins;
+// the rest (begin, commit, the bench's own reads) is "other". The fragments
+// hold no constants: pg_stat_statements keeps texts with constants replaced
+// by $n.
+var churnFamilies = []statementFamily{
+	{"enqueue", "integration_outbox_enqueue("},
+	{"claim", "pg_advisory_xact_lock(hashtext("},
+	{"claim", "with recursive budget"},
+	{"sweep", "with exhausted as"},
+	{"start", "started as ("},
+	{"purchase order", "join purchase_orders p"},
+	{"record", "with res as ("},
+	{"legacy insert", "insert into external_integration_outbox (organization_id, integration_connection_id, provider,\n    command_type"},
+	{"legacy claim", "for update of o skip locked"},
+	{"legacy order", "select * from purchase_orders where"},
+	{"legacy connection", "select * from integration_connections where"},
+	{"legacy complete", "update external_integration_outbox set status = "},
+}
+
+// churnFamilyOrder is the order families are reported in.
+var churnFamilyOrder = []string{"enqueue", "legacy insert", "sweep", "claim", "legacy claim", "start", "purchase order",
+	"record", "legacy order", "legacy connection", "legacy complete", "other"}
+
+func familyOf(query string) string {
+	for _, f := range churnFamilies {
+		if strings.Contains(query, f.Match) {
+			return f.Name
+		}
+	}
+	return "other"
+}
+
+// familyUse is what one family of statements cost the server.
+type familyUse struct {
+	Calls  int64
+	ExecMs float64
+	Rows   int64
+}
+
+// churnMinute is one bucket of a churn run.
+type churnMinute struct {
+	Enqueued, Claimed, Completed int
+	Claims                       []time.Duration
+	Postgres                     time.Duration
+	Families                     map[string]familyUse
+}
+
+func (m churnMinute) cpuPerCompleted() time.Duration {
+	if m.Completed == 0 {
+		return 0
+	}
+	return m.Postgres / time.Duration(m.Completed)
+}
+
+// claimFamily is the family of the run's claim.
+func claimFamily(variant string) string {
+	if variant == churnLegacy {
+		return "legacy claim"
+	}
+	return "claim"
+}
+
+// churnRun is one configuration's run.
+type churnRun struct {
+	Variant string
+	Rows    int
+	Rate    int
+	Bucket  time.Duration
+	LoadFor time.Duration
+	Minutes []churnMinute
+	// Backlog is the due rows left unclaimed at the end.
+	Backlog int
+	// Failures counts enqueues, claims and worker steps that failed.
+	Failures int64
+	// FirstFailure is the first of them.
+	FirstFailure string
+}
+
+// steady merges the buckets after the first (warm-up) one.
+func (r churnRun) steady() churnMinute {
+	out := churnMinute{Families: map[string]familyUse{}}
+	for i, m := range r.Minutes {
+		if i == 0 && len(r.Minutes) > 1 {
+			continue
+		}
+		out.Enqueued += m.Enqueued
+		out.Claimed += m.Claimed
+		out.Completed += m.Completed
+		out.Claims = append(out.Claims, m.Claims...)
+		out.Postgres += m.Postgres
+		for k, v := range m.Families {
+			f := out.Families[k]
+			f.Calls += v.Calls
+			f.ExecMs += v.ExecMs
+			f.Rows += v.Rows
+			out.Families[k] = f
+		}
+	}
+	return out
+}
+
+// claimMsPerRow is the claim's server execution time per claimed row.
+func (m churnMinute) claimMsPerRow(variant string) float64 {
+	if m.Claimed == 0 {
+		return 0
+	}
+	return m.Families[claimFamily(variant)].ExecMs / float64(m.Claimed)
+}
+
+// churnBucket is the width of a churn run's buckets: a minute, or a
+// quarter of a run shorter than three minutes.
+func churnBucket(d time.Duration) time.Duration {
+	if d >= 3*time.Minute {
+		return time.Minute
+	}
+	return max(d/4, time.Second)
+}
+
+// bucketOf is the bucket of an event at t in a run of n buckets of width
+// from t0, or -1 outside the run.
+func bucketOf(t0, t time.Time, width time.Duration, n int) int {
+	if t.Before(t0) {
+		return -1
+	}
+	i := int(t.Sub(t0) / width)
+	if i >= n {
+		return -1
+	}
+	return i
+}
+
+// churnEvents collects a run's events as they happen.
+type churnEvents struct {
+	mu        sync.Mutex
+	t0        time.Time
+	width     time.Duration
+	n         int
+	minutes   []churnMinute
+	failures  atomic.Int64
+	firstFail atomic.Value
+}
+
+func newChurnEvents(t0 time.Time, width time.Duration, n int) *churnEvents {
+	e := &churnEvents{t0: t0, width: width, n: n, minutes: make([]churnMinute, n)}
+	for i := range e.minutes {
+		e.minutes[i].Families = map[string]familyUse{}
+	}
+	return e
+}
+
+func (e *churnEvents) add(f func(m *churnMinute)) {
+	i := bucketOf(e.t0, time.Now(), e.width, e.n)
+	if i < 0 {
+		return
+	}
+	e.mu.Lock()
+	f(&e.minutes[i])
+	e.mu.Unlock()
+}
+
+func (e *churnEvents) fail(err error) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return
+	}
+	if e.failures.Add(1) == 1 {
+		e.firstFail.Store(err.Error())
+	}
+}
+
+// prepareChurnDatabases loads a migrated database with rows completed outbox
+// rows over churnOrgs organizations (one connection each) and orders
+// purchase orders (the producers' entities), runs one ANALYZE, and clones it
+// for the legacy worker with the legacy indexes.
+func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders int) (map[string]string, error) {
+	ours, err := env.pg.MigratedDatabase(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dbs := map[string]string{churnOurs: ours}
+	conn, err := pgx.Connect(ctx, ours)
+	if err != nil {
+		return dbs, err
+	}
+	err = loadChurnOutbox(ctx, conn, rows, orders)
+	conn.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return dbs, err
+	}
+	name := fmt.Sprintf("churn_%d_legacy", rows)
+	if err := cloneDatabase(ctx, env, databaseName(ours), name); err != nil {
+		return dbs, fmt.Errorf("cloning the churn outbox for the legacy worker: %w", err)
+	}
+	dbs[churnLegacy] = testenv.ReplaceDatabase(env.pg.URL, name)
+	return dbs, legacyIndexes(ctx, dbs[churnLegacy], true)
+}
+
+// cloneDatabase creates name as a copy of template.
+func cloneDatabase(ctx context.Context, env *benchEnv, template, name string) error {
+	return env.admin(ctx, func(c *pgx.Conn) error {
+		stmt := fmt.Sprintf("create database %s template %s strategy file_copy",
+			pgx.Identifier{name}.Sanitize(), pgx.Identifier{template}.Sanitize())
+		var err error
+		// The loader's backend may still be exiting.
+		for range 50 {
+			if _, err = c.Exec(ctx, stmt); err == nil || !strings.Contains(err.Error(), "being accessed") {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return err
+	})
+}
+
+// loadChurnOutbox loads the churn's starting rows set-based: churnOrgs
+// connections, rows completed outbox rows created a second apart up to now,
+// orders purchase orders spread over the organizations; then ANALYZE.
+// Autovacuum stays at its defaults.
+func loadChurnOutbox(ctx context.Context, conn *pgx.Conn, rows, orders int) error {
+	stmts := []struct {
+		sql  string
+		args []any
+	}{
+		{`insert into integration_connections (organization_id, provider, credential_reference, config_json)
+		  select gen_random_uuid(), 'sandbox', 'integrations/churn/' || g, '{}' from generate_series(1, $1::int) g`, []any{churnOrgs}},
+		{`with c as (select id, organization_id, (row_number() over (order by id) - 1)::int as n from integration_connections)
+		  insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+		      local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count,
+		      provider_reference, provider_status, completed_at, created_at, updated_at)
+		  select c.organization_id, c.id, 'sandbox', 'push_purchase_order', 'purchase_order', gen_random_uuid(),
+		      '{"externalSupplierId": "SUP-1"}', 'idem-' || g, 'completed', 1, 'ref-' || g, 'completed',
+		      t.ts + interval '2 seconds', t.ts, t.ts
+		  from generate_series(1, $1::int) g
+		  cross join lateral (select now() - make_interval(secs => $1::int - g) as ts) t
+		  join c on c.n = g % $2`, []any{rows, churnOrgs}},
+		{`with c as (select organization_id, (row_number() over (order by id) - 1)::int as n from integration_connections)
+		  insert into purchase_orders (organization_id, order_number, status, currency_code)
+		  select c.organization_id, 'PO-' || g, 'approved', 'EUR'
+		  from generate_series(0, $1::int - 1) g join c on c.n = g % $2`, []any{orders, churnOrgs}},
+		{`analyze`, nil},
+	}
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s.sql, s.args...); err != nil {
+			return fmt.Errorf("loading the churn outbox of %d rows: %w", rows, err)
+		}
+	}
+	return nil
+}
+
+// churnOrder is a purchase order a producer enqueues a command for.
+type churnOrder struct{ id, org, conn string }
+
+func churnOrders(ctx context.Context, pool *pgxpool.Pool) ([]churnOrder, error) {
+	rows, err := pool.Query(ctx, `select p.id::text, p.organization_id::text, c.id::text
+		from purchase_orders p join integration_connections c using (organization_id)
+		order by p.order_number`)
+	if err != nil {
+		return nil, err
+	}
+	var out []churnOrder
+	var o churnOrder
+	_, err = pgx.ForEachRow(rows, []any{&o.id, &o.org, &o.conn}, func() error { out = append(out, o); return nil })
+	if err != nil {
+		return nil, fmt.Errorf("reading the purchase orders: %w", err)
+	}
+	// Interleave the organizations, so consecutive enqueues go to different ones.
+	inter := make([]churnOrder, 0, len(out))
+	per := map[string][]churnOrder{}
+	var orgs []string
+	for _, o := range out {
+		if _, ok := per[o.org]; !ok {
+			orgs = append(orgs, o.org)
+		}
+		per[o.org] = append(per[o.org], o)
+	}
+	for i := 0; len(inter) < len(out); i++ {
+		for _, org := range orgs {
+			if i < len(per[org]) {
+				inter = append(inter, per[org][i])
+			}
+		}
+	}
+	return inter, nil
+}
+
+// measureChurn runs the churn at every size, ours then the legacy worker,
+// one run at a time, each on its own fresh copy of the size's rows.
+func measureChurn(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []int, rate int, d time.Duration) ([]churnRun, error) {
+	var out []churnRun
+	width := churnBucket(d)
+	n := max(int(d/width), 1)
+	for _, size := range sizes {
+		t := time.Now()
+		orders := rate*int((time.Duration(n)*width).Seconds())*5/4 + 1000
+		dbs, err := prepareChurnDatabases(ctx, env, size, orders)
+		loadFor := time.Since(t)
+		if err == nil {
+			log.Info("churn outbox loaded", "rows", size, "took", loadFor.Round(time.Millisecond))
+			for _, v := range []string{churnOurs, churnLegacy} {
+				var r churnRun
+				r, err = runChurn(ctx, env, dbs[v], v, size, rate, width, n)
+				if err != nil {
+					err = fmt.Errorf("%s, %d rows: %w", v, size, err)
+					break
+				}
+				r.LoadFor = loadFor
+				st := r.steady()
+				log.Info("churn run", "variant", v, "rows", size, "claimP50", percentile(st.Claims, 0.5),
+					"cpuPerCompleted", st.cpuPerCompleted(), "completed", st.Completed, "backlog", r.Backlog, "failures", r.Failures)
+				out = append(out, r)
+			}
+		}
+		for _, url := range dbs {
+			if derr := env.dropDatabase(context.WithoutCancel(ctx), url); derr != nil && err == nil {
+				err = derr
+			}
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// runChurn runs one configuration for n buckets of width.
+func runChurn(ctx context.Context, env *benchEnv, url, variant string, size, rate int, width time.Duration, n int) (churnRun, error) {
+	run := churnRun{Variant: variant, Rows: size, Rate: rate, Bucket: width}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return run, err
+	}
+	cfg.MaxConns = churnPoolSize
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return run, err
+	}
+	defer pool.Close()
+	orders, err := churnOrders(ctx, pool)
+	if err != nil {
+		return run, err
+	}
+	if _, err := pool.Exec(ctx, "create extension if not exists pg_stat_statements"); err != nil {
+		return run, fmt.Errorf("creating pg_stat_statements: %w", err)
+	}
+	if _, err := pool.Exec(ctx, "select pg_stat_statements_reset()"); err != nil {
+		return run, fmt.Errorf("resetting pg_stat_statements: %w", err)
+	}
+
+	// Snapshots at every bucket boundary: the cluster's CPU and the
+	// statements' totals.
+	type snapshot struct {
+		cpu      time.Duration
+		families map[string]familyUse
+	}
+	take := func() (snapshot, error) {
+		f, err := readFamilies(ctx, pool)
+		return snapshot{cpu: sampleCPU(env.postmaster).Postgres, families: f}, err
+	}
+	snaps := make([]snapshot, 0, n+1)
+	s0, err := take()
+	if err != nil {
+		return run, err
+	}
+	snaps = append(snaps, s0)
+	t0 := time.Now()
+	ev := newChurnEvents(t0, width, n)
+	runCtx, stop := context.WithDeadline(ctx, t0.Add(time.Duration(n)*width))
+	defer stop()
+
+	var workers sync.WaitGroup
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); produce(runCtx, pool, variant, orders, rate, ev, &workers) }()
+	go func() { defer loops.Done(); claimLoop(runCtx, ctx, pool, variant, ev, &workers) }()
+	for i := 1; i <= n; i++ {
+		select {
+		case <-ctx.Done():
+			return run, ctx.Err()
+		case <-time.After(time.Until(t0.Add(time.Duration(i) * width))):
+		}
+		s, err := take()
+		if err != nil {
+			return run, err
+		}
+		snaps = append(snaps, s)
+	}
+	loops.Wait()
+	workers.Wait()
+	if err := pool.QueryRow(ctx, `select count(*) from external_integration_outbox where status in ('queued', 'failed')`).Scan(&run.Backlog); err != nil {
+		return run, fmt.Errorf("counting the backlog: %w", err)
+	}
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	for i := range n {
+		m := ev.minutes[i]
+		m.Postgres = snaps[i+1].cpu - snaps[i].cpu
+		for k, v := range snaps[i+1].families {
+			p := snaps[i].families[k]
+			m.Families[k] = familyUse{Calls: v.Calls - p.Calls, ExecMs: v.ExecMs - p.ExecMs, Rows: v.Rows - p.Rows}
+		}
+		run.Minutes = append(run.Minutes, m)
+	}
+	run.Failures = ev.failures.Load()
+	if f, ok := ev.firstFail.Load().(string); ok {
+		run.FirstFailure = f
+	}
+	return run, nil
+}
+
+// readFamilies sums pg_stat_statements' top-level entries of the pool's
+// database by family.
+func readFamilies(ctx context.Context, pool *pgxpool.Pool) (map[string]familyUse, error) {
+	rows, err := pool.Query(ctx, `select s.query, s.calls, s.total_exec_time, s.rows
+		from pg_stat_statements s join pg_database d on d.oid = s.dbid
+		where d.datname = current_database() and s.toplevel`)
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
+	}
+	out := map[string]familyUse{}
+	var (
+		q     string
+		u     familyUse
+		calls int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&q, &calls, &u.ExecMs, &u.Rows}, func() error {
+		f := out[familyOf(q)]
+		f.Calls += calls
+		f.ExecMs += u.ExecMs
+		f.Rows += u.Rows
+		out[familyOf(q)] = f
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading pg_stat_statements: %w", err)
+	}
+	return out, nil
+}
+
+// produce enqueues at rate per second, each enqueue from its own goroutine
+// (independent host requests), round-robin over the organizations' orders.
+func produce(ctx context.Context, pool *pgxpool.Pool, variant string, orders []churnOrder, rate int, ev *churnEvents, wg *sync.WaitGroup) {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		o := orders[i%len(orders)]
+		key := fmt.Sprintf("churn-%d", i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if variant == churnLegacy {
+				_, err = pool.Exec(ctx, legacyInsertSQL, pgx.QueryExecModeExec, o.org, o.conn, o.id, churnPayload, key)
+			} else {
+				_, err = pool.Exec(ctx, churnEnqueueSQL, pgx.QueryExecModeExec, o.org, o.conn, o.id, churnPayload, key)
+			}
+			if err != nil {
+				ev.fail(fmt.Errorf("enqueue: %w", err))
+				return
+			}
+			ev.add(func(m *churnMinute) { m.Enqueued++ })
+		}()
+	}
+}
+
+// claimLoop claims every churnClaimEvery until runCtx ends and hands each
+// batch to workers in groups of churnGroup; the workers run on ctx, so that
+// what was claimed is finished.
+func claimLoop(runCtx, ctx context.Context, pool *pgxpool.Pool, variant string, ev *churnEvents, wg *sync.WaitGroup) {
+	tick := time.NewTicker(churnClaimEvery)
+	defer tick.Stop()
+	store := outbox.NewStore(pool).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
+	params := outbox.ClaimParams{Limit: claimLimit, MaxAttempts: 10, Lease: 900 * time.Second,
+		MaxInFlight: 5000, ConnectionMaxInFlight: 10, After: "00000000-0000-0000-0000-000000000000"}
+	for i := 0; ; i++ {
+		select {
+		case <-runCtx.Done():
+			return
+		case <-tick.C:
+		}
+		var (
+			claims []legacyJob
+			batch  outbox.Batch
+			err    error
+			began  = time.Now()
+			took   time.Duration
+		)
+		if variant == churnLegacy {
+			claims, err = legacyClaim(runCtx, pool)
+			took = time.Since(began)
+		} else {
+			if i%churnSweepEvery == 0 {
+				if _, err := store.DeadLetterExpired(runCtx, params); err != nil {
+					ev.fail(fmt.Errorf("sweep: %w", err))
+				}
+				began = time.Now()
+			}
+			batch, err = store.ClaimBatch(runCtx, params)
+			took = time.Since(began)
+			params.After = batch.NextAfter(params.After)
+		}
+		if err != nil {
+			ev.fail(fmt.Errorf("claim: %w", err))
+			continue
+		}
+		got := len(claims) + len(batch.Claims)
+		ev.add(func(m *churnMinute) { m.Claims = append(m.Claims, took); m.Claimed += got })
+		for lo := 0; lo < got; lo += churnGroup {
+			hi := min(lo+churnGroup, got)
+			wg.Add(1)
+			if variant == churnLegacy {
+				go func() { defer wg.Done(); legacyWork(ctx, pool, claims[lo:hi], ev) }()
+			} else {
+				go func() { defer wg.Done(); ourWork(ctx, pool, store, batch.Claims[lo:hi], ev) }()
+			}
+		}
+	}
+}
+
+// ourWork is one push invocation: start the claims, load their purchase
+// orders, a short fake provider call, record them completed.
+func ourWork(ctx context.Context, pool *pgxpool.Pool, store *outbox.Store, claims []outbox.Claim, ev *churnEvents) {
+	reqs := make([]outbox.StartRequest, len(claims))
+	for i, c := range claims {
+		reqs[i] = outbox.StartRequest{OutboxID: c.ID, OrganizationID: c.OrganizationID, ConnectionID: c.ConnectionID,
+			ClaimToken: c.ClaimToken, LeaseUntil: time.Now().Add(time.Minute)}
+	}
+	jobs, err := store.Start(ctx, reqs)
+	if err != nil {
+		ev.fail(err)
+		return
+	}
+	if _, err := purchaseorder.NewCommand(pool).Load(ctx, jobs); err != nil {
+		ev.fail(err)
+		return
+	}
+	called := time.Now()
+	time.Sleep(churnFakeCall)
+	done := time.Now()
+	outcomes := make([]outbox.Outcome, len(jobs))
+	for i, j := range jobs {
+		var loc string
+		if j.Connection != nil {
+			loc = j.Connection.LocationID
+		}
+		outcomes[i] = outbox.Outcome{OutboxID: j.ID, OrganizationID: j.OrganizationID, ConnectionID: j.ConnectionID,
+			ClaimToken: j.ClaimToken, LocationID: loc, Status: outbox.StatusCompleted, ProviderReference: "ref-" + j.ID,
+			ProviderStatus: "completed", CallStartedAt: called, CallFinishedAt: done, ProviderCalled: true,
+			HTTPStatus: 201, Circuit: outbox.CircuitSuccess}
+	}
+	rec, err := store.Record(ctx, outcomes)
+	if err != nil {
+		ev.fail(err)
+		return
+	}
+	ev.add(func(m *churnMinute) { m.Completed += len(rec.IDs) })
+}
+
+// legacyJob is a row the legacy worker's claim returned.
+type legacyJob struct{ id, org, conn, order string }
+
+// legacyClaim runs the legacy worker's claim verbatim.
+func legacyClaim(ctx context.Context, pool *pgxpool.Pool) ([]legacyJob, error) {
+	rows, err := pool.Query(ctx, legacyClaimSQL, pgx.QueryExecModeExec, claimLimit)
+	if err != nil {
+		return nil, fmt.Errorf("legacy claim: %w", err)
+	}
+	defer rows.Close()
+	col := map[string]int{}
+	for i, f := range rows.FieldDescriptions() {
+		if _, ok := col[f.Name]; !ok {
+			col[f.Name] = i
+		}
+	}
+	var out []legacyJob
+	for rows.Next() {
+		v, err := rows.Values()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, legacyJob{id: uuidText(v[col["id"]]), org: uuidText(v[col["organization_id"]]),
+			conn: uuidText(v[col["integration_connection_id"]]), order: uuidText(v[col["local_entity_id"]])})
+	}
+	return out, rows.Err()
+}
+
+// uuidText renders a uuid as pgx decodes it ([16]byte) in its text form.
+func uuidText(v any) string {
+	b, ok := v.([16]byte)
+	if !ok {
+		return fmt.Sprint(v)
+	}
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// legacyWork is the legacy worker on a group of claimed jobs, job after job:
+// select the purchase order, load the connection, a short fake provider
+// call, mark the row completed.
+func legacyWork(ctx context.Context, pool *pgxpool.Pool, jobs []legacyJob, ev *churnEvents) {
+	for _, j := range jobs {
+		for _, q := range []string{legacyOrderSQL, legacyConnectionSQL} {
+			arg := j.order
+			if q == legacyConnectionSQL {
+				arg = j.conn
+			}
+			rows, err := pool.Query(ctx, q, pgx.QueryExecModeExec, arg, j.org)
+			if err == nil {
+				for rows.Next() {
+				}
+				rows.Close()
+				err = rows.Err()
+			}
+			if err != nil {
+				ev.fail(fmt.Errorf("legacy job: %w", err))
+				return
+			}
+		}
+		time.Sleep(churnFakeCall)
+		if _, err := pool.Exec(ctx, legacyCompleteSQL, pgx.QueryExecModeExec, j.id, "ref-"+j.id); err != nil {
+			ev.fail(fmt.Errorf("legacy job: %w", err))
+			return
+		}
+		ev.add(func(m *churnMinute) { m.Completed++ })
+	}
+}
+
+// Targets of the churn run.
+const (
+	targetChurnCPU   = 1.0 // ours / legacy, PostgreSQL CPU per completed command
+	targetChurnClaim = 1.5 // largest size / smallest, claim p50 and claim time per claimed row
+)
+
+// churnFind returns the run of variant at rows.
+func churnFind(runs []churnRun, variant string, rows int) (churnRun, bool) {
+	for _, r := range runs {
+		if r.Variant == variant && r.Rows == rows {
+			return r, true
+		}
+	}
+	return churnRun{}, false
+}
+
+// churnSizesOf lists the sizes of runs, in run order.
+func churnSizesOf(runs []churnRun) []int {
+	var out []int
+	for _, r := range runs {
+		if len(out) == 0 || out[len(out)-1] != r.Rows {
+			out = append(out, r.Rows)
+		}
+	}
+	return out
+}
+
+func usMs(d time.Duration) string {
+	return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond))
+}
+
+func churnRows(runs []churnRun) []tableRow {
+	var t []tableRow
+	sizes := churnSizesOf(runs)
+	for _, size := range sizes {
+		ours, ok1 := churnFind(runs, churnOurs, size)
+		legacy, ok2 := churnFind(runs, churnLegacy, size)
+		if !ok1 || !ok2 {
+			continue
+		}
+		o, l := ours.steady(), legacy.steady()
+		ratio := float64(o.cpuPerCompleted()) / float64(max(l.cpuPerCompleted(), 1))
+		t = append(t, tableRow{"10", fmt.Sprintf("Churn from %s rows (%d enqueues/s, claims of %d every %s, autovacuum on): PostgreSQL CPU per completed command, enqueue included, steady state", rows(size), ours.Rate, claimLimit, churnClaimEvery),
+			fmt.Sprintf("%s (%d completed; claim p50 %s, p95 %s; backlog at the end %d)", usMs(o.cpuPerCompleted()), o.Completed, ms(percentile(o.Claims, 0.5)), ms(percentile(o.Claims, 0.95)), ours.Backlog),
+			fmt.Sprintf("legacy: %s (%d completed; claim p50 %s, p95 %s; backlog at the end %d)", usMs(l.cpuPerCompleted()), l.Completed, ms(percentile(l.Claims, 0.5)), ms(percentile(l.Claims, 0.95)), legacy.Backlog),
+			"ours/legacy " + x(ratio), fmt.Sprintf("≤ %.1f×", targetChurnCPU), status(ratio <= targetChurnCPU)})
+	}
+	if len(sizes) >= 2 {
+		small, ok1 := churnFind(runs, churnOurs, sizes[0])
+		large, ok2 := churnFind(runs, churnOurs, sizes[len(sizes)-1])
+		if ok1 && ok2 {
+			s, l := small.steady(), large.steady()
+			lat := float64(percentile(l.Claims, 0.5)) / float64(max(percentile(s.Claims, 0.5), 1))
+			per := l.claimMsPerRow(churnOurs) / max(s.claimMsPerRow(churnOurs), 1e-9)
+			t = append(t, tableRow{"10", fmt.Sprintf("Churn: our claim from %s rows against from %s rows, steady state: p50 latency; server execution time per claimed row", rows(large.Rows), rows(small.Rows)),
+				fmt.Sprintf("%s rows: p50 %s, %.4f ms per claimed row", rows(large.Rows), ms(percentile(l.Claims, 0.5)), l.claimMsPerRow(churnOurs)),
+				fmt.Sprintf("%s rows: p50 %s, %.4f ms per claimed row", rows(small.Rows), ms(percentile(s.Claims, 0.5)), s.claimMsPerRow(churnOurs)),
+				fmt.Sprintf("latency %s, per row %s", x(lat), x(per)), fmt.Sprintf("≤ %.1f× each", targetChurnClaim),
+				status(lat <= targetChurnClaim && per <= targetChurnClaim)})
+		}
+	}
+	return t
+}
+
+// churnShares renders each family's share of the statements' execution time.
+func churnShares(m churnMinute) string {
+	var total float64
+	for _, f := range m.Families {
+		total += f.ExecMs
+	}
+	if total == 0 {
+		return ""
+	}
+	var parts []string
+	for _, name := range churnFamilyOrder {
+		if f, ok := m.Families[name]; ok && f.ExecMs > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", name, 100*f.ExecMs/total))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func churnMarkdown(runs []churnRun) string {
+	if len(runs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	r0 := runs[0]
+	p("\n## Churn\n\n")
+	p("Each starting size is bulk-loaded set-based into a fresh migrated database (%d organizations with a connection each; every outbox row `completed`, created a second apart up to now; the producers' purchase orders inserted up front), then one `ANALYZE`, and cloned (`create database ... template ... strategy file_copy`) for the legacy worker with every outbox index but the primary key dropped and a plain `(status, created_at)` index added. Autovacuum stays at its defaults and nothing runs `VACUUM`. The runs go one after the other, each for %s, on a pool of %d connections:\n\n",
+		churnOrgs, r0.Bucket*time.Duration(len(r0.Minutes)), churnPoolSize)
+	p("- **Producers**: %d enqueues a second (one per tick, each from its own goroutine, as independent host requests), round-robin over the organizations, each for a purchase order of its own; ours through `select integration_outbox_enqueue(...)`, the legacy host through a plain `INSERT`; both sent as node-postgres sends a parameterised query (an unnamed statement, planned per call).\n", r0.Rate)
+	p("- **Ours**: every %s a claim of %d through `outbox.Store.ClaimBatch` (circuit breaker on, DISPATCH_MAX_IN_FLIGHT 5,000, CONNECTION_MAX_IN_FLIGHT 10, the organization walk rotated as the dispatcher does), the dead-letter sweep (`DeadLetterExpired`) before every %dth claim as once per dispatch run; each batch goes in groups of %d to concurrent workers that `Start` them, load their purchase orders (`purchaseorder.Command.Load`), wait %s for a fake provider call, and `Record` them completed (provider called, circuit success).\n", churnClaimEvery, claimLimit, churnSweepEvery, churnGroup, churnFakeCall)
+	p("- **Legacy**: every %s its claim (`bench/testdata/legacy_claim.sql` verbatim, limit %d); each batch in groups of %d to concurrent workers that, job after job, select the purchase order, load the connection, wait %s, and update the row to `completed`.\n\n", churnClaimEvery, claimLimit, churnGroup, churnFakeCall)
+	p("Per bucket of %s: claim latency p50/p95 (ours: `ClaimBatch`, its transaction included; legacy: the statement), rows claimed and completed, the cluster's CPU (`/proc`: postmaster, its reaped and live children, autovacuum included) per completed command, the claim's server execution time per claimed row, and each statement family's share of the server's execution time (`pg_stat_statements` top-level entries of the database, reset at the start). Steady state is every bucket after the first.\n\n", r0.Bucket)
+	for _, r := range runs {
+		p("**%s, from %s rows** (load %s; backlog at the end %d due rows", r.Variant, rows(r.Rows), r.LoadFor.Round(time.Second), r.Backlog)
+		if r.Failures > 0 {
+			p("; %d failures, first: %s", r.Failures, clip(r.FirstFailure, 200))
+		}
+		p(")\n\n| Bucket | Enqueued | Claimed | Completed | Claim p50 | Claim p95 | PostgreSQL CPU per completed | Claim time per claimed row | Execution time shares |\n|---|---|---|---|---|---|---|---|---|\n")
+		row := func(name string, m churnMinute) {
+			p("| %s | %d | %d | %d | %s | %s | %s | %.4f ms | %s |\n", name, m.Enqueued, m.Claimed, m.Completed,
+				ms(percentile(m.Claims, 0.5)), ms(percentile(m.Claims, 0.95)), usMs(m.cpuPerCompleted()), m.claimMsPerRow(r.Variant), churnShares(m))
+		}
+		for i, m := range r.Minutes {
+			row(fmt.Sprintf("%d (from %s)", i+1, r.Bucket*time.Duration(i)), m)
+		}
+		row("steady state", r.steady())
+		p("\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBucketOf(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cases := []struct {
+		at   time.Duration
+		want int
+	}{
+		{-time.Millisecond, -1},
+		{0, 0},
+		{59 * time.Second, 0},
+		{time.Minute, 1},
+		{2*time.Minute + 59*time.Second, 2},
+		{3 * time.Minute, -1},
+	}
+	for _, c := range cases {
+		if got := bucketOf(t0, t0.Add(c.at), time.Minute, 3); got != c.want {
+			t.Errorf("bucketOf(+%s) = %d, want %d", c.at, got, c.want)
+		}
+	}
+}
+
+func TestChurnBucket(t *testing.T) {
+	cases := map[time.Duration]time.Duration{
+		6 * time.Minute:  time.Minute,
+		3 * time.Minute:  time.Minute,
+		40 * time.Second: 10 * time.Second,
+		2 * time.Second:  time.Second,
+	}
+	for d, want := range cases {
+		if got := churnBucket(d); got != want {
+			t.Errorf("churnBucket(%s) = %s, want %s", d, got, want)
+		}
+	}
+}
+
+func TestFamilyOf(t *testing.T) {
+	cases := map[string]string{
+		churnEnqueueSQL:     "enqueue",
+		legacyInsertSQL:     "legacy insert",
+		legacyClaimSQL:      "legacy claim",
+		legacyOrderSQL:      "legacy order",
+		legacyConnectionSQL: "legacy connection",
+		legacyCompleteSQL:   "legacy complete",
+		"select set_config('plan_cache_mode', 'force_generic_plan', true),\n    set_config('enable_bitmapscan', 'off', true),\n    pg_advisory_xact_lock(hashtext($1))": "claim",
+		"\nwith recursive budget as (\n    select 1": "claim",
+		"commit": "other",
+		// As pg_stat_statements keeps them, constants replaced.
+		"update external_integration_outbox set status = $3, provider_reference = $2,\n    provider_status = $4":                                                              "legacy complete",
+		"insert into external_integration_outbox (organization_id, integration_connection_id, provider,\n    command_type, local_entity_type) values ($1::uuid, $2::uuid, $6": "legacy insert",
+	}
+	for q, want := range cases {
+		if got := familyOf(q); got != want {
+			t.Errorf("familyOf(%q) = %q, want %q", clip(q, 60), got, want)
+		}
+	}
+}
+
+func TestSteadyDropsTheFirstBucket(t *testing.T) {
+	ms := time.Millisecond
+	r := churnRun{Variant: churnOurs, Minutes: []churnMinute{
+		{Completed: 100, Claimed: 100, Claims: []time.Duration{50 * ms}, Postgres: 900 * ms,
+			Families: map[string]familyUse{"claim": {Calls: 4, ExecMs: 40}}},
+		{Completed: 200, Claimed: 150, Claims: []time.Duration{4 * ms, 6 * ms}, Postgres: 100 * ms,
+			Families: map[string]familyUse{"claim": {Calls: 4, ExecMs: 3}, "enqueue": {Calls: 200, ExecMs: 9}}},
+		{Completed: 200, Claimed: 150, Claims: []time.Duration{5 * ms}, Postgres: 120 * ms,
+			Families: map[string]familyUse{"claim": {Calls: 4, ExecMs: 3}, "enqueue": {Calls: 200, ExecMs: 11}}},
+	}}
+	s := r.steady()
+	if s.Completed != 400 || s.Claimed != 300 || len(s.Claims) != 3 {
+		t.Fatalf("steady = %d completed, %d claimed, %d claims; want 400, 300, 3", s.Completed, s.Claimed, len(s.Claims))
+	}
+	if got := s.cpuPerCompleted(); got != 550*time.Microsecond {
+		t.Errorf("CPU per completed = %s, want 550µs", got)
+	}
+	if got := s.claimMsPerRow(churnOurs); got != 0.02 {
+		t.Errorf("claim time per claimed row = %v ms, want 0.02", got)
+	}
+	if got := percentile(s.Claims, 0.5); got != 5*ms {
+		t.Errorf("claim p50 = %s, want 5ms", got)
+	}
+	if got := churnShares(s); got != "enqueue 77%, claim 23%" {
+		t.Errorf("shares = %q", got)
+	}
+	one := churnRun{Minutes: r.Minutes[:1]}
+	if got := one.steady().Completed; got != 100 {
+		t.Errorf("a run of one bucket: steady completed %d, want that bucket's 100", got)
+	}
+}
+
+func TestChurnRowsCompareOursWithLegacyAndSizes(t *testing.T) {
+	ms := time.Millisecond
+	run := func(variant string, size int, cpu time.Duration, claim time.Duration, claimExec float64) churnRun {
+		m := churnMinute{Completed: 1000, Claimed: 1000, Claims: []time.Duration{claim}, Postgres: cpu,
+			Families: map[string]familyUse{claimFamily(variant): {ExecMs: claimExec}}}
+		return churnRun{Variant: variant, Rows: size, Rate: 200, Bucket: time.Minute, Minutes: []churnMinute{m, m}}
+	}
+	runs := []churnRun{
+		run(churnOurs, 40000, 500*ms, 5*ms, 10), run(churnLegacy, 40000, 400*ms, 12*ms, 30),
+		run(churnOurs, 1000000, 600*ms, 10*ms, 12), run(churnLegacy, 1000000, 400*ms, 300*ms, 900),
+	}
+	rows := churnRows(runs)
+	if len(rows) != 3 {
+		t.Fatalf("got %d rows, want 3", len(rows))
+	}
+	if rows[0].ratio != "ours/legacy 1.25×" || rows[0].status == "met" {
+		t.Errorf("40k CPU row: ratio %q status %q", rows[0].ratio, rows[0].status)
+	}
+	if rows[2].ratio != "latency 2.00×, per row 1.20×" || rows[2].status == "met" {
+		t.Errorf("size row: ratio %q status %q", rows[2].ratio, rows[2].status)
+	}
+	if md := churnMarkdown(runs); !strings.Contains(md, "## Churn") || strings.Count(md, "| steady state |") != 4 {
+		t.Errorf("markdown lacks the section or a steady-state row per run:\n%s", md)
+	}
+}
