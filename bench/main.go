@@ -76,12 +76,12 @@ func main() {
 	flag.StringVar(&churnSizes, "churn-sizes", "40000,1000000", "starting outbox sizes of the churn run (ours and the legacy worker at each)")
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert) or "churn"; the table goes to stdout, and to -out only when given`)
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn" or "claim" (the claim scaling); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
-	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" && o.only != "churn" {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal" and "churn" are the measurements that run alone`)
+	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" && o.only != "churn" && o.only != "claim" {
+		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn" and "claim" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -222,6 +222,9 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	}
 	if o.only == "churn" {
 		churn()
+	}
+	if o.only == "claim" {
+		step("claim scaling", func() (err error) { r.Claim, err = measureClaims(ctx, log, env, o.claimSizes, o.claimRuns); return })
 	}
 	if o.only != "" {
 		return finish(ctx, log, r, o, began, failed)

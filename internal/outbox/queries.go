@@ -111,7 +111,7 @@ with recursive budget as (
 ), walked as (
     select * from walk where ok
 ), due as (
-    select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed
+    select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed, true as walked
     from walked w
     cross join lateral (
         select d.id, d.organization_id, d.integration_connection_id, d.created_at
@@ -126,9 +126,10 @@ with recursive budget as (
         -- have one row each.
         -- One more than the room shows a pair the limit holds back.
         limit least(w.room + 1, greatest((select room from budget) - (select count(distinct org) from walked)::int + 1, 1))
+        for update skip locked
     ) d
 ), orphan as (
-    select id, organization_id, integration_connection_id, created_at, false as reclaimed
+    select id, organization_id, integration_connection_id, created_at, false as reclaimed, false as walked
     from (
         select o.*, row_number() over (partition by o.organization_id order by o.created_at) as turn
         from external_integration_outbox o
@@ -141,7 +142,7 @@ with recursive budget as (
     order by turn, organization_id <= @after_organization::uuid, organization_id, created_at
     limit (select room from budget)
 ), listed as (
-    select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed
+    select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed, false as walked
     from external_integration_outbox d
     left join integration_connections c
         on c.id = d.integration_connection_id and c.organization_id = d.organization_id
@@ -154,7 +155,7 @@ with recursive budget as (
     order by d.created_at
     limit (select room from budget)
 ), expired as (
-    select id, organization_id, integration_connection_id, created_at, true as reclaimed
+    select id, organization_id, integration_connection_id, created_at, true as reclaimed, false as walked
     from (
         select d.*, row_number() over (partition by d.organization_id order by d.created_at) as turn
         from external_integration_outbox d
@@ -170,7 +171,7 @@ with recursive budget as (
     order by turn, organization_id <= @after_organization::uuid, organization_id, created_at
     limit (select room from budget)
 ), follow_up as (
-    select id, organization_id, integration_connection_id, created_at, false as reclaimed
+    select id, organization_id, integration_connection_id, created_at, false as reclaimed, false as walked
     from (
         select d.*, row_number() over (partition by d.organization_id order by d.created_at) as turn
         from external_integration_outbox d
@@ -215,7 +216,7 @@ with recursive budget as (
 ), allowed as (
     select * from ranked where within
 ), picked as (
-    select a.id, a.reclaimed, a.probe
+    select a.id, a.reclaimed, a.probe, a.walked
     from (
         select a.*, row_number() over (partition by a.organization_id order by a.created_at) as org_rank
         from allowed a
@@ -223,13 +224,14 @@ with recursive budget as (
     order by a.org_rank, a.organization_id <= @after_organization::uuid, a.organization_id, a.created_at
     limit (select room from budget)
 ), locked as (
-    -- The picked rows, locked (a row another transaction holds is skipped)
-    -- and checked again on their latest version: a result recorded since
-    -- this statement's snapshot leaves its row alone.
+    -- The picked rows of the other kinds (the walk's due rows are locked
+    -- as it reads them), locked (a row another transaction holds is
+    -- skipped) and checked again on their latest version: a result recorded
+    -- since this statement's snapshot leaves its row alone.
     select o.id, p.reclaimed, p.probe
     from picked p
     join external_integration_outbox o on o.id = p.id
-    where o.attempt_count < @max_attempts
+    where not p.walked and o.attempt_count < @max_attempts
       and ((o.status in ('queued', 'failed') and coalesce(o.next_attempt_at, now()) <= now())
         or (o.status = 'processing' and o.provider_status is null and o.lease_expires_at < now())
         or (o.status = 'processing' and o.provider_status is not null and o.next_attempt_at <= now()))
@@ -245,7 +247,8 @@ with recursive budget as (
         next_attempt_at = null,
         provider_status = null,
         updated_at = now()
-    from locked
+    from (select id, reclaimed, probe from picked where walked
+          union all select id, reclaimed, probe from locked) locked
     where o.id = locked.id
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type, o.claim_token,
         o.attempt_count, locked.reclaimed, locked.probe, o.created_at
