@@ -227,13 +227,8 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
 // honoured (off: none is read, and every circuit is reset). The claim runs
 // in its own transaction (a savepoint when the store is on a transaction).
 func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
-	var bg pgtx.Beginner
-	switch db := s.db.(type) {
-	case pgtx.Beginner:
-		bg = db
-	case savepointer:
-		bg = savepoint{db}
-	default:
+	bg, ok := pgtx.Savepoints(s.db)
+	if !ok {
 		return Batch{}, errors.New("claiming outbox batch: the store's database cannot begin a transaction")
 	}
 	var b Batch
@@ -261,19 +256,6 @@ func (s *Store) claimArgs(p ClaimParams) pgx.NamedArgs {
 		"after_organization":       cmp.Or(p.After, "00000000-0000-0000-0000-000000000000"),
 		"circuit_on":               s.circuit.FailureThreshold > 0,
 	}
-}
-
-// savepointer is a transaction (pgx.Tx), whose Begin opens a savepoint.
-type savepointer interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
-// savepoint makes a transaction a pgtx.Beginner: its transactions are
-// savepoints (the options of the outer transaction hold).
-type savepoint struct{ tx savepointer }
-
-func (s savepoint) BeginTx(ctx context.Context, _ pgx.TxOptions) (pgx.Tx, error) {
-	return s.tx.Begin(ctx)
 }
 
 func (s *Store) claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, error) {

@@ -11,9 +11,35 @@ import (
 )
 
 // Beginner opens transactions (a *pgxpool.Pool, a *pgx.Conn, or a pgx.Tx
-// for a savepoint).
+// through Savepoints).
 type Beginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// Savepoints returns db as a Beginner when it can open transactions: a
+// pool or a connection as it is, a transaction (pgx.Tx, whose Begin opens a
+// savepoint; the options of the outer transaction hold) through an adapter.
+// ok is false for anything else.
+func Savepoints(db any) (b Beginner, ok bool) {
+	switch db := db.(type) {
+	case Beginner:
+		return db, true
+	case interface {
+		Begin(ctx context.Context) (pgx.Tx, error)
+	}:
+		return savepoint{db}, true
+	}
+	return nil, false
+}
+
+type savepoint struct {
+	tx interface {
+		Begin(ctx context.Context) (pgx.Tx, error)
+	}
+}
+
+func (s savepoint) BeginTx(ctx context.Context, _ pgx.TxOptions) (pgx.Tx, error) {
+	return s.tx.Begin(ctx)
 }
 
 // Do begins a transaction with opts, runs fn in it and commits when fn
