@@ -139,8 +139,7 @@ with recursive budget as (
           and (@organization_id::uuid is null or o.organization_id = @organization_id)
           and @ids::text[] is null
     ) o
-    order by turn, organization_id <= @after_organization::uuid, organization_id, created_at
-    limit (select room from budget)
+    ` + takeTurns + `
 ), listed as (
     select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed, false as walked
     from external_integration_outbox d
@@ -168,8 +167,7 @@ with recursive budget as (
           and (@ids::text[] is null or d.id = any(@ids::text[]::uuid[]))
           and (coalesce(c.config_json -> 'ordered', 'true'::jsonb) = 'false'::jsonb or ` + entityHead + `)
     ) o
-    order by turn, organization_id <= @after_organization::uuid, organization_id, created_at
-    limit (select room from budget)
+    ` + takeTurns + `
 ), follow_up as (
     select id, organization_id, integration_connection_id, created_at, false as reclaimed, false as walked
     from (
@@ -184,8 +182,7 @@ with recursive budget as (
           and (@ids::text[] is null or d.id = any(@ids::text[]::uuid[]))
           and (coalesce(c.config_json -> 'ordered', 'true'::jsonb) = 'false'::jsonb or ` + entityFree + `)
     ) o
-    order by turn, organization_id <= @after_organization::uuid, organization_id, created_at
-    limit (select room from budget)
+    ` + takeTurns + `
 ), candidates as (
     select * from due
     union all select * from orphan
@@ -263,6 +260,14 @@ select c.id::text, c.organization_id::text, coalesce(c.integration_connection_id
     h.held
 from held h
 left join claimed c on true`
+
+// takeTurns ends the candidates found outside the walk (rows without a
+// connection, expired leases, due follow-ups; each numbered by its turn
+// within its organization): at most the room, a turn of every organization
+// in rotation order (after @after_organization, wrapping around) before
+// any organization's next turn.
+const takeTurns = `order by turn, organization_id <= @after_organization::uuid, organization_id, created_at
+    limit (select room from budget)`
 
 // entityHead says whether the outbox row d may go now under per-entity
 // order: no other command of its connection and entity is in flight
