@@ -73,15 +73,19 @@ func jsonForms(v string) []string {
 		s := strings.TrimSuffix(b.String(), "\n")
 		out = append(out, s[1:len(s)-1])
 	}
-	ascii := asciiJSON(v)
-	return append(out, ascii, upperHexEscapes(ascii))
+	for _, html := range []bool{true, false} {
+		ascii := asciiJSON(v, html)
+		out = append(out, ascii, upperHexEscapes(ascii))
+	}
+	return out
 }
 
 // asciiJSON escapes v for a JSON string with only printable ASCII left:
 // '"' and '\' with a backslash, the usual short escapes for control
 // characters, and everything else outside printable ASCII as \uXXXX
-// (a surrogate pair above U+FFFF). Invalid UTF-8 becomes \ufffd.
-func asciiJSON(v string) string {
+// (a surrogate pair above U+FFFF). Invalid UTF-8 becomes \ufffd. With html,
+// '<', '>' and '&' are escaped too, as encoding/json does by default.
+func asciiJSON(v string, html bool) string {
 	var b strings.Builder
 	for _, r := range v {
 		switch {
@@ -98,6 +102,8 @@ func asciiJSON(v string) string {
 			b.WriteString(`\b`)
 		case r == '\f':
 			b.WriteString(`\f`)
+		case html && (r == '<' || r == '>' || r == '&'):
+			fmt.Fprintf(&b, `\u%04x`, r)
 		case r >= 0x20 && r < 0x7f:
 			b.WriteRune(r)
 		case r > 0xffff:

@@ -21,6 +21,8 @@ func TestMaskEncodings(t *testing.T) {
 		{"encoding/json without HTML escaping", `sé<&>\u0001\"\\`},
 		{"PHP json_encode", `s\u00e9<&>\u0001\"\\`},
 		{"\\u escapes, upper-case hex", `s\u00E9<&>\u0001\"\\`},
+		{"\\u escapes with HTML escaping", `s\u00e9\u003c\u0026\u003e\u0001\"\\`},
+		{"\\u escapes with HTML escaping, upper-case hex", `s\u00E9\u003C\u0026\u003E\u0001\"\\`},
 		{"raw signing secret", signing},
 	} {
 		got := Mask("before "+tc.echo+" after", token, signing)
