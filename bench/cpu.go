@@ -23,17 +23,39 @@ func (a cpuUse) sub(b cpuUse) cpuUse { return cpuUse{a.Self - b.Self, a.Postgres
 // sampleCPU reads this process's CPU time and the cluster's: the postmaster,
 // the children it already reaped, and its live children (backends, vacuum,
 // checkpointer...).
+//
+// A child that exits while the children are read moves its time from the
+// live children into the postmaster's reaped total; read across that
+// moment, its time is counted twice or not at all (an autovacuum worker's
+// seconds made a minute's reading negative). So the sample is read again
+// until the reaped total is the same before and after the children.
 func sampleCPU(postmaster int) cpuUse {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	u := cpuUse{Self: time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))}
 	if postmaster > 0 {
-		u.Postgres = procCPU(postmaster, true)
-		for _, c := range childrenOf(postmaster) {
-			u.Postgres += procCPU(c, false)
-		}
+		u.Postgres = clusterCPU(postmaster)
 	}
 	return u
+}
+
+// clusterCPU is the postmaster's CPU time, its reaped children's and its
+// live children's, read while no child was reaped (or, after 100 tries,
+// the last reading).
+func clusterCPU(postmaster int) time.Duration {
+	var total time.Duration
+	for range 100 {
+		own, reaped := procTimes(postmaster)
+		total = own + reaped
+		for _, c := range childrenOf(postmaster) {
+			own, _ := procTimes(c)
+			total += own
+		}
+		if _, again := procTimes(postmaster); again == reaped {
+			break
+		}
+	}
+	return total
 }
 
 // procStat returns the fields of /proc/<pid>/stat after the command name.
@@ -50,22 +72,21 @@ func procStat(pid int) []string {
 	return strings.Fields(string(stat[i+1:]))
 }
 
-// procCPU is utime+stime of pid, plus cutime+cstime when reaped is set.
-func procCPU(pid int, reaped bool) time.Duration {
+// procTimes returns pid's utime+stime and its cutime+cstime.
+func procTimes(pid int) (own, children time.Duration) {
 	f := procStat(pid)
 	if len(f) < 15 {
-		return 0
+		return 0, 0
 	}
-	n := 0
-	last := 12 // fields 14..15 of stat, 11..12 here: utime, stime
-	if reaped {
-		last = 14 // and cutime, cstime
+	ticks := func(fields []string) (n time.Duration) {
+		for _, s := range fields {
+			v, _ := strconv.Atoi(s)
+			n += time.Duration(v) * clockTick
+		}
+		return n
 	}
-	for _, s := range f[11 : last+1] {
-		v, _ := strconv.Atoi(s)
-		n += v
-	}
-	return time.Duration(n) * clockTick
+	// Fields 14..17 of stat (11..14 here): utime, stime, cutime, cstime.
+	return ticks(f[11:13]), ticks(f[13:15])
 }
 
 // childrenOf lists the pids whose parent is pid.
