@@ -15,6 +15,20 @@ type HostObjects struct {
 	Constraints []Constraint
 	Indexes     []Index
 	Drops       []DroppedIndex
+	// NullForNewRows are columns of ours, added by an earlier migration,
+	// that rows inserted without them read as NULL from this migration on.
+	NullForNewRows []NullForNewRows
+}
+
+// NullForNewRows drops the NOT NULL and the default of a column of ours: a
+// catalog change under a brief lock, no scan, no rewrite. The rows already
+// there keep what they read (the value they store, or the default the
+// column was added with, which PostgreSQL keeps as their missing value);
+// only rows inserted afterwards without the column read NULL. The down step
+// sets Default back; NOT NULL stays dropped, since setting it again would
+// scan the table under an exclusive lock.
+type NullForNewRows struct {
+	Table, Name, Default string
 }
 
 // DroppedIndex names an index that an earlier migration (Version) declares
@@ -108,6 +122,9 @@ var hostObjects = map[int64]HostObjects{
 		Indexes: []Index{
 			{Table: outbox, Name: "external_integration_outbox_enqueue_key_idx",
 				Definition: "(organization_id, idempotency_key) where idempotency_enforced", Unique: true},
+			// The keys of the host's own rows, looked up by the enqueue. Since
+			// migration 10 only rows inserted before it read false (newer
+			// ones read NULL), so the host's inserts no longer enter it.
 			{Table: outbox, Name: "external_integration_outbox_legacy_key_idx",
 				Definition: "(organization_id, idempotency_key, created_at) where not idempotency_enforced and idempotency_key is not null"},
 		},
@@ -152,6 +169,16 @@ var hostObjects = map[int64]HostObjects{
 			{1, "external_integration_outbox_claimable_idx"},
 			{1, "external_integration_outbox_leased_idx"},
 			{1, "external_integration_outbox_org_status_idx"},
+		},
+	},
+	10: {
+		// The host's own inserts stop paying for the legacy key index: a row
+		// the host inserts from now on reads idempotency_enforced NULL, so it
+		// enters neither key index (both conditions are false for NULL). The
+		// rows already there keep false, and the enqueue still honours their
+		// keys; the index shrinks as the host's retention deletes them.
+		NullForNewRows: []NullForNewRows{
+			{Table: outbox, Name: "idempotency_enforced", Default: "false"},
 		},
 	},
 }

@@ -84,6 +84,11 @@ func (in *Installer) Install(ctx context.Context, version int64, objs HostObject
 			return fmt.Errorf("migration %d: index %s on %s: %w", version, ix.Name, ix.Table, err)
 		}
 	}
+	for _, c := range objs.NullForNewRows {
+		if err := in.nullForNewRows(ctx, c); err != nil {
+			return fmt.Errorf("migration %d: column %s.%s: %w", version, c.Table, c.Name, err)
+		}
+	}
 	// Dropped once what replaces them is built.
 	for _, d := range objs.Drops {
 		if err := in.dropEarlierIndex(ctx, d); err != nil {
@@ -154,6 +159,59 @@ func (in *Installer) Restore(ctx context.Context, objs HostObjects) error {
 		}
 	}
 	return nil
+}
+
+// nullForNewRows drops c's NOT NULL and default where the column is ours
+// and still has either; a column of that name the host owns stays as it is.
+func (in *Installer) nullForNewRows(ctx context.Context, c NullForNewRows) error {
+	owned, notNull, hasDefault, err := in.lookupColumn(ctx, c.Table, c.Name)
+	if err != nil || !owned {
+		return err
+	}
+	if !notNull && !hasDefault {
+		return nil // done by an earlier run
+	}
+	stmt := fmt.Sprintf("alter table %s alter column %s drop not null, alter column %s drop default",
+		ident(c.Table), ident(c.Name), ident(c.Name))
+	return in.brief(ctx, stmt, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, stmt); return err })
+}
+
+// RestoreDefaults sets back the defaults objs dropped (a down step) on the
+// columns that are ours and have none.
+func (in *Installer) RestoreDefaults(ctx context.Context, objs HostObjects) error {
+	if _, err := in.conn.Exec(ctx, ownedObjectsSQL); err != nil {
+		return fmt.Errorf("creating integration_outbox_owned_objects: %w", err)
+	}
+	for _, c := range objs.NullForNewRows {
+		owned, _, hasDefault, err := in.lookupColumn(ctx, c.Table, c.Name)
+		if err != nil {
+			return err
+		}
+		if !owned || hasDefault {
+			continue
+		}
+		stmt := fmt.Sprintf("alter table %s alter column %s set default %s", ident(c.Table), ident(c.Name), c.Default)
+		if err := in.brief(ctx, stmt, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, stmt); return err }); err != nil {
+			return fmt.Errorf("column %s.%s: %w", c.Table, c.Name, err)
+		}
+	}
+	return nil
+}
+
+// lookupColumn reads whether table.name is a column recorded as ours, and
+// whether it is NOT NULL and has a default.
+func (in *Installer) lookupColumn(ctx context.Context, table, name string) (owned, notNull, hasDefault bool, err error) {
+	err = in.conn.QueryRow(ctx, `
+		select exists (select 1 from integration_outbox_owned_objects o
+		               where o.kind = 'column' and o.table_name = $1 and o.object_name = $2),
+		    coalesce(bool_or(a.attnotnull), false), coalesce(bool_or(a.atthasdef), false)
+		from pg_attribute a
+		where a.attrelid = to_regclass($1) and a.attname = $2 and a.attnum > 0 and not a.attisdropped`,
+		table, name).Scan(&owned, &notNull, &hasDefault)
+	if err != nil {
+		return false, false, false, fmt.Errorf("reading the catalog: %w", err)
+	}
+	return owned, notNull, hasDefault, nil
 }
 
 func (in *Installer) installColumn(ctx context.Context, version int64, c Column) error {

@@ -142,6 +142,11 @@ func DownWith(ctx context.Context, databaseURL string, cfg Config) error {
 				return fmt.Errorf("migration %d: %w", current, err)
 			}
 		}
+		if objs, ok := hostObjects[current]; ok && len(objs.NullForNewRows) > 0 {
+			if err := s.installer.RestoreDefaults(ctx, objs); err != nil {
+				return fmt.Errorf("migration %d: %w", current, err)
+			}
+		}
 		if current > 0 {
 			if err := s.installer.DropOwned(ctx, current); err != nil {
 				return err
