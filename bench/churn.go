@@ -108,6 +108,50 @@ type churnMinute struct {
 	Claims                       []time.Duration
 	Postgres                     time.Duration
 	Families                     map[string]familyUse
+	Versions                     rowVersions
+}
+
+// rowVersions counts the outbox's row versions written
+// (pg_stat_user_tables): inserts, updates, and the updates that were HOT
+// (no index entry written).
+type rowVersions struct {
+	Inserted, Updated, HOT int64
+}
+
+func (v rowVersions) sub(w rowVersions) rowVersions {
+	return rowVersions{v.Inserted - w.Inserted, v.Updated - w.Updated, v.HOT - w.HOT}
+}
+
+func (v rowVersions) add(w rowVersions) rowVersions {
+	return rowVersions{v.Inserted + w.Inserted, v.Updated + w.Updated, v.HOT + w.HOT}
+}
+
+// perCompleted renders the row versions per completed command and the HOT
+// share of the updates.
+func (m churnMinute) versionsPerCompleted() string {
+	if m.Completed == 0 {
+		return ""
+	}
+	v := m.Versions
+	hot := 0.0
+	if v.Updated > 0 {
+		hot = 100 * float64(v.HOT) / float64(v.Updated)
+	}
+	return fmt.Sprintf("%.2f (%.2f inserted, %.2f updated; %.0f%% of updates HOT)",
+		float64(v.Inserted+v.Updated)/float64(m.Completed), float64(v.Inserted)/float64(m.Completed),
+		float64(v.Updated)/float64(m.Completed), hot)
+}
+
+// readVersions reads the outbox's row version counters.
+func readVersions(ctx context.Context, pool *pgxpool.Pool) (rowVersions, error) {
+	var v rowVersions
+	err := pool.QueryRow(ctx, `
+		select n_tup_ins, n_tup_upd, n_tup_hot_upd from pg_stat_user_tables
+		where relid = 'external_integration_outbox'::regclass`).Scan(&v.Inserted, &v.Updated, &v.HOT)
+	if err != nil {
+		return v, fmt.Errorf("reading the outbox's row versions: %w", err)
+	}
+	return v, nil
 }
 
 func (m churnMinute) cpuPerCompleted() time.Duration {
@@ -153,6 +197,7 @@ func (r churnRun) steady() churnMinute {
 		out.Completed += m.Completed
 		out.Claims = append(out.Claims, m.Claims...)
 		out.Postgres += m.Postgres
+		out.Versions = out.Versions.add(m.Versions)
 		for k, v := range m.Families {
 			f := out.Families[k]
 			f.Calls += v.Calls
@@ -415,10 +460,15 @@ func runChurn(ctx context.Context, env *benchEnv, url, variant string, size, rat
 	type snapshot struct {
 		cpu      time.Duration
 		families map[string]familyUse
+		versions rowVersions
 	}
 	take := func() (snapshot, error) {
 		f, err := readFamilies(ctx, pool)
-		return snapshot{cpu: sampleCPU(env.postmaster).Postgres, families: f}, err
+		if err != nil {
+			return snapshot{}, err
+		}
+		v, err := readVersions(ctx, pool)
+		return snapshot{cpu: sampleCPU(env.postmaster).Postgres, families: f, versions: v}, err
 	}
 	snaps := make([]snapshot, 0, n+1)
 	s0, err := take()
@@ -458,6 +508,7 @@ func runChurn(ctx context.Context, env *benchEnv, url, variant string, size, rat
 	for i := range n {
 		m := ev.minutes[i]
 		m.Postgres = snaps[i+1].cpu - snaps[i].cpu
+		m.Versions = snaps[i+1].versions.sub(snaps[i].versions)
 		for k, v := range snaps[i+1].families {
 			p := snaps[i].families[k]
 			m.Families[k] = familyUse{Calls: v.Calls - p.Calls, ExecMs: v.ExecMs - p.ExecMs, Rows: v.Rows - p.Rows}
@@ -738,6 +789,8 @@ func churnRows(runs []churnRun) []tableRow {
 			fmt.Sprintf("%s (%d completed; claim p50 %s, p95 %s; backlog at the end %d)", usMs(o.cpuPerCompleted()), o.Completed, ms(percentile(o.Claims, 0.5)), ms(percentile(o.Claims, 0.95)), ours.Backlog),
 			fmt.Sprintf("legacy: %s (%d completed; claim p50 %s, p95 %s; backlog at the end %d)", usMs(l.cpuPerCompleted()), l.Completed, ms(percentile(l.Claims, 0.5)), ms(percentile(l.Claims, 0.95)), legacy.Backlog),
 			"ours/legacy " + x(ratio), fmt.Sprintf("≤ %.1f×", targetChurnCPU), status(ratio <= targetChurnCPU)})
+		t = append(t, tableRow{"10", fmt.Sprintf("Churn from %s rows: outbox row versions written per completed command (insert and updates), HOT share of the updates, steady state", rows(size)),
+			o.versionsPerCompleted(), "legacy: " + l.versionsPerCompleted(), "", "two updates per job", "reported"})
 	}
 	if len(sizes) >= 2 {
 		small, ok1 := churnFind(runs, churnOurs, sizes[0])
@@ -787,16 +840,17 @@ func churnMarkdown(runs []churnRun) string {
 	p("- **Producers**: %d enqueues a second (one per tick, each from its own goroutine, as independent host requests), round-robin over the organizations, each for a purchase order of its own; ours through `select integration_outbox_enqueue(...)`, the legacy host through a plain `INSERT`; both sent as node-postgres sends a parameterised query (an unnamed statement, planned per call).\n", r0.Rate)
 	p("- **Ours**: every %s a claim of %d through `outbox.Store.ClaimBatch` (circuit breaker on, DISPATCH_MAX_IN_FLIGHT 5,000, CONNECTION_MAX_IN_FLIGHT 10, the organization walk rotated as the dispatcher does), the dead-letter sweep (`DeadLetterExpired`) before every %dth claim as once per dispatch run; each batch goes in groups of %d to concurrent workers that `Start` them, load their purchase orders (`purchaseorder.Command.Load`), wait %s for a fake provider call, and `Record` them completed (provider called, circuit success).\n", churnClaimEvery, claimLimit, churnSweepEvery, churnGroup, churnFakeCall)
 	p("- **Legacy**: every %s its claim (`bench/testdata/legacy_claim.sql` verbatim, limit %d); each batch in groups of %d to concurrent workers that, job after job, select the purchase order, load the connection, wait %s, and update the row to `completed`.\n\n", churnClaimEvery, claimLimit, churnGroup, churnFakeCall)
-	p("Per bucket of %s: claim latency p50/p95 (ours: `ClaimBatch`, its transaction included; legacy: the statement), rows claimed and completed, the cluster's CPU (`/proc`: postmaster, its reaped and live children, autovacuum included) per completed command, the claim's server execution time per claimed row, and each statement family's share of the server's execution time (`pg_stat_statements` top-level entries of the database, reset at the start). Steady state is every bucket after the first.\n\n", r0.Bucket)
+	p("Per bucket of %s: claim latency p50/p95 (ours: `ClaimBatch`, its transaction included; legacy: the statement), rows claimed and completed, the cluster's CPU (`/proc`: postmaster, its reaped and live children, autovacuum included) per completed command, the claim's server execution time per claimed row, the outbox's row versions written per completed command (`pg_stat_user_tables`: inserts and updates, and the share of the updates that were HOT, writing no index entry), and each statement family's share of the server's execution time (`pg_stat_statements` top-level entries of the database, reset at the start). Steady state is every bucket after the first.\n\n", r0.Bucket)
 	for _, r := range runs {
 		p("**%s, from %s rows** (load %s; backlog at the end %d due rows", r.Variant, rows(r.Rows), r.LoadFor.Round(time.Second), r.Backlog)
 		if r.Failures > 0 {
 			p("; %d failures, first: %s", r.Failures, clip(r.FirstFailure, 200))
 		}
-		p(")\n\n| Bucket | Enqueued | Claimed | Completed | Claim p50 | Claim p95 | PostgreSQL CPU per completed | Claim time per claimed row | Execution time shares |\n|---|---|---|---|---|---|---|---|---|\n")
+		p(")\n\n| Bucket | Enqueued | Claimed | Completed | Claim p50 | Claim p95 | PostgreSQL CPU per completed | Claim time per claimed row | Outbox row versions per completed | Execution time shares |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		row := func(name string, m churnMinute) {
-			p("| %s | %d | %d | %d | %s | %s | %s | %.4f ms | %s |\n", name, m.Enqueued, m.Claimed, m.Completed,
-				ms(percentile(m.Claims, 0.5)), ms(percentile(m.Claims, 0.95)), usMs(m.cpuPerCompleted()), m.claimMsPerRow(r.Variant), churnShares(m))
+			p("| %s | %d | %d | %d | %s | %s | %s | %.4f ms | %s | %s |\n", name, m.Enqueued, m.Claimed, m.Completed,
+				ms(percentile(m.Claims, 0.5)), ms(percentile(m.Claims, 0.95)), usMs(m.cpuPerCompleted()), m.claimMsPerRow(r.Variant),
+				m.versionsPerCompleted(), churnShares(m))
 		}
 		for i, m := range r.Minutes {
 			row(fmt.Sprintf("%d (from %s)", i+1, r.Bucket*time.Duration(i)), m)

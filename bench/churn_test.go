@@ -98,7 +98,8 @@ func TestChurnRowsCompareOursWithLegacyAndSizes(t *testing.T) {
 	ms := time.Millisecond
 	run := func(variant string, size int, cpu time.Duration, claim time.Duration, claimExec float64) churnRun {
 		m := churnMinute{Completed: 1000, Claimed: 1000, Claims: []time.Duration{claim}, Postgres: cpu,
-			Families: map[string]familyUse{claimFamily(variant): {ExecMs: claimExec}}}
+			Families: map[string]familyUse{claimFamily(variant): {ExecMs: claimExec}},
+			Versions: rowVersions{Inserted: 1000, Updated: 3000, HOT: 750}}
 		return churnRun{Variant: variant, Rows: size, Rate: 200, Bucket: time.Minute, Minutes: []churnMinute{m, m}}
 	}
 	runs := []churnRun{
@@ -106,14 +107,20 @@ func TestChurnRowsCompareOursWithLegacyAndSizes(t *testing.T) {
 		run(churnOurs, 1000000, 600*ms, 10*ms, 12), run(churnLegacy, 1000000, 400*ms, 300*ms, 900),
 	}
 	rows := churnRows(runs)
-	if len(rows) != 3 {
-		t.Fatalf("got %d rows, want 3", len(rows))
+	// Per size: the CPU row and the row versions row; then the sizes row.
+	if len(rows) != 5 {
+		t.Fatalf("got %d rows, want 5", len(rows))
 	}
 	if rows[0].ratio != "ours/legacy 1.25×" || rows[0].status == "met" {
 		t.Errorf("40k CPU row: ratio %q status %q", rows[0].ratio, rows[0].status)
 	}
-	if rows[2].ratio != "latency 2.00×, per row 1.20×" || rows[2].status == "met" {
-		t.Errorf("size row: ratio %q status %q", rows[2].ratio, rows[2].status)
+	// Two steady buckets of 1,000 completed, 1,000 inserts, 3,000 updates of
+	// which 750 HOT each.
+	if want := "4.00 (1.00 inserted, 3.00 updated; 25% of updates HOT)"; rows[1].ours != want {
+		t.Errorf("40k row versions: %q, want %q", rows[1].ours, want)
+	}
+	if rows[4].ratio != "latency 2.00×, per row 1.20×" || rows[4].status == "met" {
+		t.Errorf("size row: ratio %q status %q", rows[4].ratio, rows[4].status)
 	}
 	if md := churnMarkdown(runs); !strings.Contains(md, "## Churn") || strings.Count(md, "| steady state |") != 4 {
 		t.Errorf("markdown lacks the section or a steady-state row per run:\n%s", md)
