@@ -40,7 +40,7 @@ type options struct {
 	installSizes   []int
 	installRate    int
 	installWindow  time.Duration
-	walRows        int
+	walSizes       []int
 	walInserts     int
 	churnSizes     []int
 	churnRate      int
@@ -56,6 +56,7 @@ func main() {
 		sizes        string
 		fairSizes    string
 		installSizes string
+		walSizes     string
 		churnSizes   string
 	)
 	flag.StringVar(&o.out, "out", "results.md", "where to write the table (a results.raw beside it gets the raw samples)")
@@ -71,7 +72,7 @@ func main() {
 	flag.StringVar(&installSizes, "install-sizes", "1000000,10000000", "host outbox sizes of the live install measurement")
 	flag.IntVar(&o.installRate, "install-rate", 50, "host inserts per second during the live install measurement")
 	flag.DurationVar(&o.installWindow, "install-window", 10*time.Second, "how long the host's inserts run alone, for the reference")
-	flag.IntVar(&o.walRows, "wal-rows", 200000, "host outbox size of the WAL per host insert measurement")
+	flag.StringVar(&walSizes, "wal-rows", "200000,2000000", "host outbox sizes of the WAL per host insert measurement")
 	flag.IntVar(&o.walInserts, "wal-inserts", 5000, "host inserts per schema in the WAL per host insert measurement")
 	flag.StringVar(&churnSizes, "churn-sizes", "40000,1000000", "starting outbox sizes of the churn run (ours and the legacy worker at each)")
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
@@ -98,6 +99,10 @@ func main() {
 	}
 	if o.installSizes, err = parseInstallSizes(installSizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -install-sizes:", err)
+		os.Exit(2)
+	}
+	if o.walSizes, err = parseInstallSizes(walSizes); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -wal-rows:", err)
 		os.Exit(2)
 	}
 	if o.churnSizes, err = parseInstallSizes(churnSizes); err != nil {
@@ -203,7 +208,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	}
 	if o.only == "" || o.only == "wal" {
 		step("WAL per host insert", func() (err error) {
-			r.WAL, err = measureWAL(ctx, log, env, o.walRows, o.walInserts)
+			r.WAL, err = measureWAL(ctx, log, env, o.walSizes, o.walInserts)
 			return
 		})
 	}

@@ -67,7 +67,7 @@ func (b walBatch) rate() float64      { return float64(b.Inserts) / max(b.Took.S
 
 // measureWAL loads the same outbox into a database per schema and measures
 // the WAL and the rate of n host inserts on each.
-func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, rowCount, n int) (out []walRun, err error) {
+func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []int, n int) (out []walRun, err error) {
 	// The cluster runs without full-page writes (it is thrown away); a
 	// host's database has them, and the first change of each page after a
 	// checkpoint writes the whole page: the indexes an insert touches count
@@ -81,13 +81,15 @@ func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, rowCount, 
 			err = rerr
 		}
 	}()
-	for _, s := range walSchemas {
-		log.Info("measuring WAL per host insert", "schema", s.Name, "rows", rowCount, "inserts", n)
-		r, err := measureWALOnce(ctx, env, s, rowCount, n)
-		if err != nil {
-			return out, fmt.Errorf("%s: %w", s.Name, err)
+	for _, rowCount := range sizes {
+		for _, s := range walSchemas {
+			log.Info("measuring WAL per host insert", "schema", s.Name, "rows", rowCount, "inserts", n)
+			r, err := measureWALOnce(ctx, env, s, rowCount, n)
+			if err != nil {
+				return out, fmt.Errorf("%s, %d rows: %w", s.Name, rowCount, err)
+			}
+			out = append(out, r)
 		}
-		out = append(out, r)
 	}
 	return out, nil
 }
@@ -214,18 +216,16 @@ func walBatchOf(ctx context.Context, conn *pgx.Conn, stmt, keyPrefix string, n i
 // walRows are the table's rows: each installed schema's WAL per host insert
 // beside the host-only database's.
 func walRows(runs []walRun) []tableRow {
-	var host *walRun
+	hosts := map[int]*walRun{} // by size
 	for i := range runs {
 		if runs[i].Version == 0 {
-			host = &runs[i]
+			hosts[runs[i].Rows] = &runs[i]
 		}
-	}
-	if host == nil {
-		return nil
 	}
 	var t []tableRow
 	for _, r := range runs {
-		if r.Version == 0 {
+		host := hosts[r.Rows]
+		if r.Version == 0 || host == nil {
 			continue
 		}
 		ratio := r.Host.perInsert() / host.Host.perInsert()
@@ -252,12 +252,17 @@ func walMarkdown(runs []walRun) string {
 	if len(runs) == 0 {
 		return ""
 	}
-	var names []string
+	var names, sizes []string
 	for _, r := range runs {
-		names = append(names, r.Schema)
+		if !slices.Contains(names, r.Schema) {
+			names = append(names, r.Schema)
+		}
+		if !slices.Contains(sizes, rows(r.Rows)) {
+			sizes = append(sizes, rows(r.Rows))
+		}
 	}
-	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`): %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, a purchase-order payload), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. The rate is inserts over the batch's wall time. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`). The last schema is a lever, not what the migrations install: `external_integration_outbox_entity_idx` dropped after the install, to show its share.\n",
-		strings.Join(names, "; "), rows(runs[0].Rows), runs[0].Host.Inserts)
+	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`), at each size: %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, a purchase-order payload), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. The rate is inserts over the batch's wall time. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`). The last schema is a lever, not what the migrations install: `external_integration_outbox_entity_idx` dropped after the install, to show its share.\n",
+		strings.Join(names, "; "), strings.Join(sizes, " and "), runs[0].Host.Inserts)
 }
 
 // setFullPageWrites restarts the cluster with full_page_writes on (a
