@@ -41,7 +41,7 @@ func (s *Store) ClaimPlan(ctx context.Context, tx pgx.Tx, p ClaimParams, setup b
 }
 
 // The statements whose plans outbox_test checks.
-const (
+var (
 	ClaimSQL             = claimSQL
 	DeadLetterExpiredSQL = deadLetterExpiredSQL
 )

@@ -1,6 +1,7 @@
 // Package outbox is the outbox aggregate: claiming rows for dispatch, putting
 // back what could not be sent, starting jobs under their claim token and
-// recording their results. Its SQL lives in queries.go.
+// recording their results. Its SQL lives in sql/, one file per statement,
+// loaded by sql.go.
 package outbox
 
 import (
@@ -192,24 +193,6 @@ func (b Batch) NextAfter(after string) string {
 // which entities are busy, and claims the rest, which two claims at once
 // would both take.
 const claimLockKey = "integration_outbox_claim"
-
-// claimSetupSQL prepares the claim's transaction: the claim is planned once
-// per connection (a generic plan: its many CTEs cost far more to plan than
-// to run), with index scans only, and it waits for the claims before it to
-// commit.
-//
-// Index scans only: every step of the claim is a short probe of a partial
-// index (the walk's next pair, a pair's oldest due rows, an entity's
-// commands) that stops after a row or a batch. When few of the outbox's
-// pages are all-visible (after a bulk load, a restore, VACUUM FULL, or on a
-// small hot table) the planner prices those probes' heap visits high and
-// turns the walk's step into a bitmap scan of every due row, or a sequential
-// scan: 80 times slower at 10% all-visible (bench/results.md). Off for this
-// transaction only, those plans are not considered while an index can serve.
-const claimSetupSQL = `
-select set_config('plan_cache_mode', 'force_generic_plan', true),
-    set_config('enable_bitmapscan', 'off', true),
-    pg_advisory_xact_lock(hashtext($1))`
 
 // Claim claims up to p.Limit due rows (see ClaimBatch).
 func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
