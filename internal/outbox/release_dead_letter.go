@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"integration-outbox/internal/pgtx"
 )
 
@@ -40,7 +42,10 @@ func (s *Store) ReleaseDeadLettered(ctx context.Context, msgs []DeadLetteredMess
 	for i, m := range msgs {
 		ids[i], orgs[i], tokens[i], conns[i] = m.OutboxID, m.OrganizationID, m.ClaimToken, pgtx.Nullable(m.ConnectionID)
 	}
-	rows, err := s.db.Query(ctx, releaseDeadLetterSQL, ids, orgs, tokens, conns, maxAttempts)
+	rows, err := s.db.Query(ctx, releaseDeadLetterSQL, pgx.NamedArgs{
+		"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "connection_ids": conns,
+		"max_attempts": maxAttempts,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("releasing %d dead-lettered messages' rows: %w", len(msgs), err)
 	}

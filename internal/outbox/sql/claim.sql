@@ -28,7 +28,7 @@
 --
 -- @max_attempts: MAX_ATTEMPTS; @lease_seconds: the lease; @organization_id:
 -- an optional organization; @ids: an optional id list (a rerun's
--- dispatchNow). Its arguments are named (pgx.NamedArgs).
+-- dispatchNow).
 --
 -- Callers serialize claims (claim_setup.sql: an advisory lock): each counts
 -- what is in flight and which entities are busy, which two claims at once

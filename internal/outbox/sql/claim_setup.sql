@@ -1,6 +1,7 @@
 -- Prepares the claim's transaction: the claim is planned once per connection
 -- (a generic plan: its many CTEs cost far more to plan than to run), with
--- index scans only, and it waits for the claims before it to commit.
+-- index scans only, and it waits for the claims before it to commit (the
+-- transaction-level advisory lock @lock_key).
 --
 -- Index scans only: every step of the claim is a short probe of a partial
 -- index (the walk's next pair, a pair's oldest due rows, an entity's
@@ -13,4 +14,4 @@
 
 select set_config('plan_cache_mode', 'force_generic_plan', true),
     set_config('enable_bitmapscan', 'off', true),
-    pg_advisory_xact_lock(hashtext($1))
+    pg_advisory_xact_lock(hashtext(@lock_key))

@@ -1,34 +1,35 @@
 -- Ends the rows that have no attempt left, with their one open conflict
 -- (provider_rejected: attempts exhausted): rows whose lease expired after
 -- their last attempt, accepted rows whose follow-up is due, and due queued or
--- failed rows at or past $1 (MAX_ATTEMPTS was lowered below what they have
--- used; no claim would ever take them). $1 MAX_ATTEMPTS, $2 optional
--- organization, $3 optional id list (the same scope as the claim).
+-- failed rows at or past @max_attempts (MAX_ATTEMPTS was lowered below what
+-- they have used; no claim would ever take them). @max_attempts:
+-- MAX_ATTEMPTS; @organization_id: an optional organization; @ids: an optional
+-- id list (the same scope as the claim).
 
 with exhausted as (
     select o.id from external_integration_outbox o
     where o.status = 'processing' and o.provider_status is null and o.lease_expires_at < now()
-      and o.attempt_count >= $1
-      and ($2::uuid is null or o.organization_id = $2)
-      and ($3::text[] is null or o.id = any($3::text[]::uuid[]))
+      and o.attempt_count >= @max_attempts
+      and (@organization_id::uuid is null or o.organization_id = @organization_id)
+      and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))
     union all
     select o.id from external_integration_outbox o
     where o.status = 'processing' and o.provider_status is not null and o.next_attempt_at <= now()
-      and o.attempt_count >= $1
-      and ($2::uuid is null or o.organization_id = $2)
-      and ($3::text[] is null or o.id = any($3::text[]::uuid[]))
+      and o.attempt_count >= @max_attempts
+      and (@organization_id::uuid is null or o.organization_id = @organization_id)
+      and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))
     union all
     select o.id from external_integration_outbox o
     where o.status in ('queued', 'failed') and coalesce(o.next_attempt_at, now()) <= now()
-      and o.attempt_count >= $1
-      and ($2::uuid is null or o.organization_id = $2)
-      and ($3::text[] is null or o.id = any($3::text[]::uuid[]))
+      and o.attempt_count >= @max_attempts
+      and (@organization_id::uuid is null or o.organization_id = @organization_id)
+      and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))
 ), expired as (
     update external_integration_outbox o
     set status = 'dead_letter',
         last_error = left(case
                 when o.status in ('queued', 'failed')
-                then 'attempts exhausted: ' || o.attempt_count || ' attempts made, MAX_ATTEMPTS is ' || $1
+                then 'attempts exhausted: ' || o.attempt_count || ' attempts made, MAX_ATTEMPTS is ' || @max_attempts
                 when o.provider_status is null
                 then 'attempts exhausted: the lease of the last attempt expired without a recorded result'
                 else 'attempts exhausted: the provider answered ' || o.provider_status || ' but never confirmed completion'
@@ -37,7 +38,7 @@ with exhausted as (
         next_attempt_at = null,
         updated_at = now()
     from exhausted x
-    where o.id = x.id and o.attempt_count >= $1
+    where o.id = x.id and o.attempt_count >= @max_attempts
       and ((o.status = 'processing' and o.provider_status is null and o.lease_expires_at < now())
         or (o.status = 'processing' and o.provider_status is not null and o.next_attempt_at <= now())
         or (o.status in ('queued', 'failed') and coalesce(o.next_attempt_at, now()) <= now()))

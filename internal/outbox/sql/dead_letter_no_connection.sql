@@ -1,7 +1,8 @@
 -- Ends claimed rows that have no integration connection: nothing can deliver
 -- them and no attempt would change that, so they go to dead_letter at once
 -- with the attempt given back and their one open configuration_invalid
--- conflict. Fenced like release.sql.
+-- conflict. Fenced like release.sql. The claims come as one array per column:
+-- @ids, @organization_ids, @claim_tokens.
 
 with ended as (
     update external_integration_outbox o
@@ -11,7 +12,7 @@ with ended as (
         lease_expires_at = null,
         next_attempt_at = null,
         updated_at = now()
-    from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[]) as r(id, organization_id, claim_token)
+    from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[]) as r(id, organization_id, claim_token)
     where o.id = r.id and o.organization_id = r.organization_id
       and o.integration_connection_id is null
       and o.claim_token = r.claim_token and o.status = 'processing' and o.started_at is null

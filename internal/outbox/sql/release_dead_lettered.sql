@@ -3,6 +3,9 @@
 -- message, so nothing will start the claim, yet the row would keep its lease
 -- (and its place in the in-flight caps) until LEASE_SECONDS ran out.
 --
+-- The messages come as one array per field: @ids, @organization_ids,
+-- @claim_tokens, @connection_ids.
+--
 -- A row is released only while it is still the claim of that message: status
 -- processing, the same claim token, organization and connection, no provider
 -- answer recorded (an accepted row awaits its follow-up), and either not
@@ -13,25 +16,25 @@
 --
 -- The release keeps the attempt the claim counted and drops the claim: a row
 -- with attempts left becomes failed and due now (the next dispatch run claims
--- it again, with the same idempotency key); a row with none left ($5
--- MAX_ATTEMPTS) goes to dead_letter with its one open conflict, as an expired
--- lease with no attempts left does. Each release appends one attempt-history
--- row; provider_called is set when the push had started, since its call may
--- have reached the provider.
+-- it again, with the same idempotency key); a row with none left
+-- (@max_attempts: MAX_ATTEMPTS) goes to dead_letter with its one open
+-- conflict, as an expired lease with no attempts left does. Each release
+-- appends one attempt-history row; provider_called is set when the push had
+-- started, since its call may have reached the provider.
 
 with req as (
-    select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[])
+    select * from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[], @connection_ids::text[]::uuid[])
         as r(id, organization_id, claim_token, connection_id)
 ), released as (
     update external_integration_outbox o
-    set status = case when o.attempt_count >= $5 then 'dead_letter' else 'failed' end,
-        last_error = left(case when o.attempt_count >= $5
+    set status = case when o.attempt_count >= @max_attempts then 'dead_letter' else 'failed' end,
+        last_error = left(case when o.attempt_count >= @max_attempts
                 then 'attempts exhausted: the message of the last attempt reached the dead-letter queue (the push function failed on every delivery)'
                 else 'the message of this attempt reached the dead-letter queue (the push function failed on every delivery); released for the next dispatch run'
             end || coalesce('; previous error: ' || o.last_error, ''), 1000),
         claim_token = null,
         lease_expires_at = null,
-        next_attempt_at = case when o.attempt_count >= $5 then null else now() end,
+        next_attempt_at = case when o.attempt_count >= @max_attempts then null else now() end,
         updated_at = now()
     from req
     where o.id = req.id and o.organization_id = req.organization_id

@@ -1,13 +1,15 @@
 -- Consumes claims: one atomic update marks each job started for its token (a
 -- stale token, an already started claim or a lease that has expired matches
 -- nothing: the next dispatch may already be reclaiming that row) and extends
--- its lease to $5, the end of the push, so that no reclaim takes a job that
--- is mid-call (a null $5 keeps the lease as it is). The same statement loads
--- the job's connection, organization scoped. The entity a command acts on is
--- not the outbox's business: each command loads its own, in its own package.
+-- its lease to @lease_until, the end of the push, so that no reclaim takes a
+-- job that is mid-call (a null @lease_until keeps the lease as it is). The
+-- same statement loads the job's connection, organization scoped. The entity
+-- a command acts on is not the outbox's business: each command loads its own,
+-- in its own package. The requests come as one array per field: @ids,
+-- @organization_ids, @claim_tokens, @connection_ids, @lease_until.
 
 with req as (
-    select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[], $5::timestamptz[])
+    select * from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[], @connection_ids::text[]::uuid[], @lease_until::timestamptz[])
         as r(id, organization_id, claim_token, connection_id, lease_until)
 ), started as (
     update external_integration_outbox o
