@@ -13,7 +13,7 @@ import (
 // explained as one generic plan, as the functions run it.
 func (s *Store) ClaimPlan(ctx context.Context, tx pgx.Tx, p ClaimParams, setup bool) (string, error) {
 	if setup {
-		if _, err := tx.Exec(ctx, claimSetupSQL, claimLockKey); err != nil {
+		if _, err := tx.Exec(ctx, claimSetupSQL, pgx.NamedArgs{"lock_key": claimLockKey}); err != nil {
 			return "", err
 		}
 	} else if _, err := tx.Exec(ctx, "set local plan_cache_mode = force_generic_plan"); err != nil {
@@ -41,7 +41,7 @@ func (s *Store) ClaimPlan(ctx context.Context, tx pgx.Tx, p ClaimParams, setup b
 }
 
 // The statements whose plans outbox_test checks.
-const (
+var (
 	ClaimSQL             = claimSQL
 	DeadLetterExpiredSQL = deadLetterExpiredSQL
 )

@@ -53,6 +53,7 @@ func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
 	claimArgs := pgx.NamedArgs{"claim_limit": 50, "max_attempts": 10, "lease_seconds": 900.0,
 		"organization_id": nil, "ids": nil, "max_in_flight": 5000, "connection_max_in_flight": 10,
 		"after_organization": "00000000-0000-0000-0000-000000000000", "circuit_on": true}
+	deadLetterArgs := pgx.NamedArgs{"max_attempts": 10, "organization_id": nil, "ids": nil}
 	// The enqueue function's look-up of a key, as installed.
 	var existingSQL string
 	if err := f.Pool.QueryRow(ctx, `select prosrc from pg_proc where proname = 'integration_outbox_enqueue_existing'`).Scan(&existingSQL); err != nil {
@@ -62,16 +63,16 @@ func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
 		index, statement, sql string
 		args                  []any
 	}{
-		{"external_integration_outbox_claim_walk_idx", "claimSQL (the walk over organization, connection pairs)", outbox.ClaimSQL, []any{claimArgs}},
-		{"external_integration_outbox_claim_orphan_idx", "claimSQL (due rows without a connection)", outbox.ClaimSQL, []any{claimArgs}},
-		{"external_integration_outbox_entity_idx", "claimSQL (per-entity order)", outbox.ClaimSQL, []any{claimArgs}},
-		{"external_integration_outbox_connection_leased_idx", "claimSQL (a connection's leased rows)", outbox.ClaimSQL, []any{claimArgs}},
-		{"external_integration_outbox_follow_up_idx", "claimSQL (follow-ups due)", outbox.ClaimSQL, []any{claimArgs}},
-		{"external_integration_outbox_connection_leased_idx", "deadLetterExpiredSQL (expired leases)", outbox.DeadLetterExpiredSQL, []any{10, nil, nil}},
-		{"external_integration_outbox_follow_up_idx", "deadLetterExpiredSQL (follow-ups due)", outbox.DeadLetterExpiredSQL, []any{10, nil, nil}},
+		{"external_integration_outbox_claim_walk_idx", "claim.sql (the walk over organization, connection pairs)", outbox.ClaimSQL, []any{claimArgs}},
+		{"external_integration_outbox_claim_orphan_idx", "claim.sql (due rows without a connection)", outbox.ClaimSQL, []any{claimArgs}},
+		{"external_integration_outbox_entity_idx", "claim.sql (per-entity order)", outbox.ClaimSQL, []any{claimArgs}},
+		{"external_integration_outbox_connection_leased_idx", "claim.sql (a connection's leased rows)", outbox.ClaimSQL, []any{claimArgs}},
+		{"external_integration_outbox_follow_up_idx", "claim.sql (follow-ups due)", outbox.ClaimSQL, []any{claimArgs}},
+		{"external_integration_outbox_connection_leased_idx", "dead_letter_expired.sql (expired leases)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
+		{"external_integration_outbox_follow_up_idx", "dead_letter_expired.sql (follow-ups due)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
 		// The live rows of the entity index hold every queued and failed one.
-		{"external_integration_outbox_entity_idx", "deadLetterExpiredSQL (queued and failed rows)", outbox.DeadLetterExpiredSQL, []any{10, nil, nil}},
-		{"external_integration_conflicts_open_outbox_idx", "deadLetterExpiredSQL (one open conflict per row)", outbox.DeadLetterExpiredSQL, []any{10, nil, nil}},
+		{"external_integration_outbox_entity_idx", "dead_letter_expired.sql (queued and failed rows)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
+		{"external_integration_conflicts_open_outbox_idx", "dead_letter_expired.sql (one open conflict per row)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
 		{"external_integration_outbox_enqueue_key_idx", "integration_outbox_enqueue_existing (enqueued keys)", existingSQL, []any{org, "key-42"}},
 		{"external_integration_outbox_legacy_key_idx", "integration_outbox_enqueue_existing (the host's older keys)", existingSQL, []any{org, "key-1042"}},
 	}

@@ -1,6 +1,7 @@
 // Package outbox is the outbox aggregate: claiming rows for dispatch, putting
 // back what could not be sent, starting jobs under their claim token and
-// recording their results. Its SQL lives in queries.go.
+// recording their results. Its SQL lives in sql/, one file per statement,
+// loaded by sql.go.
 package outbox
 
 import (
@@ -193,24 +194,6 @@ func (b Batch) NextAfter(after string) string {
 // would both take.
 const claimLockKey = "integration_outbox_claim"
 
-// claimSetupSQL prepares the claim's transaction: the claim is planned once
-// per connection (a generic plan: its many CTEs cost far more to plan than
-// to run), with index scans only, and it waits for the claims before it to
-// commit.
-//
-// Index scans only: every step of the claim is a short probe of a partial
-// index (the walk's next pair, a pair's oldest due rows, an entity's
-// commands) that stops after a row or a batch. When few of the outbox's
-// pages are all-visible (after a bulk load, a restore, VACUUM FULL, or on a
-// small hot table) the planner prices those probes' heap visits high and
-// turns the walk's step into a bitmap scan of every due row, or a sequential
-// scan: 80 times slower at 10% all-visible (bench/results.md). Off for this
-// transaction only, those plans are not considered while an index can serve.
-const claimSetupSQL = `
-select set_config('plan_cache_mode', 'force_generic_plan', true),
-    set_config('enable_bitmapscan', 'off', true),
-    pg_advisory_xact_lock(hashtext($1))`
-
 // Claim claims up to p.Limit due rows (see ClaimBatch).
 func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
 	b, err := s.ClaimBatch(ctx, p)
@@ -233,7 +216,7 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
 	}
 	var b Batch
 	err := pgtx.Do(ctx, bg, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, claimSetupSQL, claimLockKey); err != nil {
+		if _, err := tx.Exec(ctx, claimSetupSQL, pgx.NamedArgs{"lock_key": claimLockKey}); err != nil {
 			return fmt.Errorf("taking the claim lock: %w", err)
 		}
 		var err error
@@ -295,7 +278,9 @@ func (s *Store) claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, er
 func (s *Store) DeadLetterExpired(ctx context.Context, p ClaimParams) (int, error) {
 	org, ids := p.scope()
 	var n int
-	if err := s.db.QueryRow(ctx, deadLetterExpiredSQL, p.MaxAttempts, org, ids).Scan(&n); err != nil {
+	if err := s.db.QueryRow(ctx, deadLetterExpiredSQL, pgx.NamedArgs{
+		"max_attempts": p.MaxAttempts, "organization_id": org, "ids": ids,
+	}).Scan(&n); err != nil {
 		return 0, fmt.Errorf("dead-lettering expired leases: %w", err)
 	}
 	return n, nil
@@ -307,8 +292,7 @@ func (s *Store) Release(ctx context.Context, claims []Claim) (int, error) {
 	if len(claims) == 0 {
 		return 0, nil
 	}
-	ids, orgs, tokens, conns := claimColumns(claims)
-	tag, err := s.db.Exec(ctx, releaseSQL, ids, orgs, tokens, conns)
+	tag, err := s.db.Exec(ctx, releaseSQL, claimColumns(claims))
 	if err != nil {
 		return 0, fmt.Errorf("releasing %d claimed rows: %w", len(claims), err)
 	}
@@ -320,8 +304,9 @@ func (s *Store) MarkUnsupported(ctx context.Context, claims []Claim, reason stri
 	if len(claims) == 0 {
 		return 0, nil
 	}
-	ids, orgs, tokens, conns := claimColumns(claims)
-	tag, err := s.db.Exec(ctx, unsupportedSQL, ids, orgs, tokens, conns, reason)
+	args := claimColumns(claims)
+	args["reason"] = reason
+	tag, err := s.db.Exec(ctx, unsupportedSQL, args)
 	if err != nil {
 		return 0, fmt.Errorf("marking %d rows unsupported: %w", len(claims), err)
 	}
@@ -336,22 +321,25 @@ func (s *Store) DeadLetterNoConnection(ctx context.Context, claims []Claim) (int
 	if len(claims) == 0 {
 		return 0, nil
 	}
-	ids, orgs, tokens, _ := claimColumns(claims)
 	var n int
-	if err := s.db.QueryRow(ctx, noConnectionSQL, ids, orgs, tokens).Scan(&n); err != nil {
+	if err := s.db.QueryRow(ctx, noConnectionSQL, claimColumns(claims)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("dead-lettering %d rows without a connection: %w", len(claims), err)
 	}
 	return n, nil
 }
 
-func claimColumns(claims []Claim) (ids, orgs, tokens []string, conns []*string) {
+// claimColumns are the claims as the arguments of the statements that take
+// claimed rows: one array per column.
+func claimColumns(claims []Claim) pgx.NamedArgs {
+	var ids, orgs, tokens []string
+	var conns []*string
 	for _, c := range claims {
 		ids = append(ids, c.ID)
 		orgs = append(orgs, c.OrganizationID)
 		tokens = append(tokens, c.ClaimToken)
 		conns = append(conns, pgtx.Nullable(c.ConnectionID))
 	}
-	return ids, orgs, tokens, conns
+	return pgx.NamedArgs{"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "connection_ids": conns}
 }
 
 // StartRequest names one delivered claim.
@@ -413,7 +401,9 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 			until[i] = &r.LeaseUntil
 		}
 	}
-	rows, err := s.db.Query(ctx, startSQL, ids, orgs, tokens, conns, until)
+	rows, err := s.db.Query(ctx, startSQL, pgx.NamedArgs{
+		"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "connection_ids": conns, "lease_until": until,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), err)
 	}

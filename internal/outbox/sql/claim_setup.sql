@@ -1,0 +1,17 @@
+-- Prepares the claim's transaction: the claim is planned once per connection
+-- (a generic plan: its many CTEs cost far more to plan than to run), with
+-- index scans only, and it waits for the claims before it to commit (the
+-- transaction-level advisory lock @lock_key).
+--
+-- Index scans only: every step of the claim is a short probe of a partial
+-- index (the walk's next pair, a pair's oldest due rows, an entity's
+-- commands) that stops after a row or a batch. When few of the outbox's pages
+-- are all-visible (after a bulk load, a restore, VACUUM FULL, or on a small
+-- hot table) the planner prices those probes' heap visits high and turns the
+-- walk's step into a bitmap scan of every due row, or a sequential scan: 80
+-- times slower at 10% all-visible (bench/results.md). Off for this
+-- transaction only, those plans are not considered while an index can serve.
+
+select set_config('plan_cache_mode', 'force_generic_plan', true),
+    set_config('enable_bitmapscan', 'off', true),
+    pg_advisory_xact_lock(hashtext(@lock_key))

@@ -1,0 +1,60 @@
+-- Ends the rows that have no attempt left, with their one open conflict
+-- (provider_rejected: attempts exhausted): rows whose lease expired after
+-- their last attempt, accepted rows whose follow-up is due, and due queued or
+-- failed rows at or past @max_attempts (MAX_ATTEMPTS was lowered below what
+-- they have used; no claim would ever take them). @max_attempts:
+-- MAX_ATTEMPTS; @organization_id: an optional organization; @ids: an optional
+-- id list (the same scope as the claim).
+
+with exhausted as (
+    select o.id from external_integration_outbox o
+    where o.status = 'processing' and o.provider_status is null and o.lease_expires_at < now()
+      and o.attempt_count >= @max_attempts
+      and (@organization_id::uuid is null or o.organization_id = @organization_id)
+      and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))
+    union all
+    select o.id from external_integration_outbox o
+    where o.status = 'processing' and o.provider_status is not null and o.next_attempt_at <= now()
+      and o.attempt_count >= @max_attempts
+      and (@organization_id::uuid is null or o.organization_id = @organization_id)
+      and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))
+    union all
+    select o.id from external_integration_outbox o
+    where o.status in ('queued', 'failed') and coalesce(o.next_attempt_at, now()) <= now()
+      and o.attempt_count >= @max_attempts
+      and (@organization_id::uuid is null or o.organization_id = @organization_id)
+      and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))
+), expired as (
+    update external_integration_outbox o
+    set status = 'dead_letter',
+        last_error = left(case
+                when o.status in ('queued', 'failed')
+                then 'attempts exhausted: ' || o.attempt_count || ' attempts made, MAX_ATTEMPTS is ' || @max_attempts
+                when o.provider_status is null
+                then 'attempts exhausted: the lease of the last attempt expired without a recorded result'
+                else 'attempts exhausted: the provider answered ' || o.provider_status || ' but never confirmed completion'
+            end || coalesce('; previous error: ' || o.last_error, ''), 1000),
+        lease_expires_at = null,
+        next_attempt_at = null,
+        updated_at = now()
+    from exhausted x
+    where o.id = x.id and o.attempt_count >= @max_attempts
+      and ((o.status = 'processing' and o.provider_status is null and o.lease_expires_at < now())
+        or (o.status = 'processing' and o.provider_status is not null and o.next_attempt_at <= now())
+        or (o.status in ('queued', 'failed') and coalesce(o.next_attempt_at, now()) <= now()))
+    returning o.*
+), conflicts as (
+    insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
+        conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
+    select e.organization_id, c.location_id, e.integration_connection_id,
+        'provider_rejected', 'high', e.local_entity_type, e.local_entity_id,
+        'External provider outbound command reached dead letter: attempts exhausted.',
+        jsonb_build_object('outboxId', e.id, 'commandType', e.command_type,
+            'idempotencyKey', e.idempotency_key, 'lastError', e.last_error),
+        e.id
+    from expired e
+    left join integration_connections c
+        on c.id = e.integration_connection_id and c.organization_id = e.organization_id
+    on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
+)
+select count(*) from expired

@@ -1,0 +1,15 @@
+-- Whether the outbox row d may go now under per-entity order: no other
+-- command of its connection and entity is in flight (processing under a live
+-- lease, or accepted and awaiting its follow-up), and none older waits
+-- (queued, failed, or processing with an expired lease: reclaimable). It
+-- reads the entity index.
+not exists (
+        select 1 from external_integration_outbox x
+        where x.integration_connection_id = d.integration_connection_id
+          and x.local_entity_id = d.local_entity_id
+          and x.local_entity_type is not distinct from d.local_entity_type
+          and x.status in ('queued', 'failed', 'processing')
+          and x.id <> d.id
+          and ((x.status = 'processing' and (x.provider_status is not null or not x.lease_expires_at < now()
+                                             or x.lease_expires_at is null))
+               or x.created_at < d.created_at or (x.created_at = d.created_at and x.id < d.id)))

@@ -1,0 +1,16 @@
+-- Puts claimed rows whose message could not be sent back at once: due now,
+-- the attempt not consumed, the claim dropped. The claims come as one array
+-- per column: @ids, @organization_ids, @claim_tokens, @connection_ids.
+
+update external_integration_outbox o
+set status = 'queued',
+    attempt_count = greatest(o.attempt_count - 1, 0),
+    claim_token = null,
+    claimed_at = null,
+    lease_expires_at = null,
+    next_attempt_at = null,
+    updated_at = now()
+from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[], @connection_ids::text[]::uuid[]) as r(id, organization_id, claim_token, connection_id)
+where o.id = r.id and o.organization_id = r.organization_id
+  and o.integration_connection_id is not distinct from r.connection_id
+  and o.claim_token = r.claim_token and o.status = 'processing' and o.started_at is null

@@ -1,0 +1,68 @@
+-- Releases the rows whose command messages reached the command queue's
+-- dead-letter queue: the push function failed on every delivery of that
+-- message, so nothing will start the claim, yet the row would keep its lease
+-- (and its place in the in-flight caps) until LEASE_SECONDS ran out.
+--
+-- The messages come as one array per field: @ids, @organization_ids,
+-- @claim_tokens, @connection_ids.
+--
+-- A row is released only while it is still the claim of that message: status
+-- processing, the same claim token, organization and connection, no provider
+-- answer recorded (an accepted row awaits its follow-up), and either not
+-- started or started with its lease over (start extends the lease to the end
+-- of the push, so a push still running is never released under it: that would
+-- let the next claim call the provider concurrently). A stale or repeated
+-- message matches nothing.
+--
+-- The release keeps the attempt the claim counted and drops the claim: a row
+-- with attempts left becomes failed and due now (the next dispatch run claims
+-- it again, with the same idempotency key); a row with none left
+-- (@max_attempts: MAX_ATTEMPTS) goes to dead_letter with its one open
+-- conflict, as an expired lease with no attempts left does. Each release
+-- appends one attempt-history row; provider_called is set when the push had
+-- started, since its call may have reached the provider.
+
+with req as (
+    select * from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[], @connection_ids::text[]::uuid[])
+        as r(id, organization_id, claim_token, connection_id)
+), released as (
+    update external_integration_outbox o
+    set status = case when o.attempt_count >= @max_attempts then 'dead_letter' else 'failed' end,
+        last_error = left(case when o.attempt_count >= @max_attempts
+                then 'attempts exhausted: the message of the last attempt reached the dead-letter queue (the push function failed on every delivery)'
+                else 'the message of this attempt reached the dead-letter queue (the push function failed on every delivery); released for the next dispatch run'
+            end || coalesce('; previous error: ' || o.last_error, ''), 1000),
+        claim_token = null,
+        lease_expires_at = null,
+        next_attempt_at = case when o.attempt_count >= @max_attempts then null else now() end,
+        updated_at = now()
+    from req
+    where o.id = req.id and o.organization_id = req.organization_id
+      and o.integration_connection_id is not distinct from req.connection_id
+      and o.claim_token = req.claim_token
+      and o.status = 'processing' and o.provider_status is null
+      and (o.started_at is null or o.lease_expires_at < now())
+    returning o.id, o.organization_id, o.integration_connection_id, o.command_type, o.local_entity_type,
+        o.local_entity_id, o.idempotency_key, o.status, o.last_error, o.attempt_count, o.claimed_at, o.started_at
+), conflicts as (
+    insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
+        conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
+    select r.organization_id, c.location_id, r.integration_connection_id,
+        'provider_rejected', 'high', r.local_entity_type, r.local_entity_id,
+        'External provider outbound command reached dead letter: attempts exhausted.',
+        jsonb_build_object('outboxId', r.id, 'commandType', r.command_type,
+            'idempotencyKey', r.idempotency_key, 'lastError', r.last_error),
+        r.id
+    from released r
+    left join integration_connections c
+        on c.id = r.integration_connection_id and c.organization_id = r.organization_id
+    where r.status = 'dead_letter'
+    on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
+), attempts as (
+    insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, finished_at,
+        outcome, provider_called, error_excerpt)
+    select r.id, r.organization_id, r.attempt_count, coalesce(r.started_at, r.claimed_at), now(),
+        r.status, r.started_at is not null, r.last_error
+    from released r
+)
+select id::text, status from released
