@@ -59,8 +59,10 @@ type Config struct {
 	// 0: no cap).
 	ConnectionMaxInFlight int
 	// RoomWait is how long a run waits before claiming again when an
-	// in-flight cap held due rows back: rows in flight finish and make
-	// room. 0, or a context without a deadline: the run ends instead.
+	// in-flight cap held due rows back (rows in flight finish and make
+	// room), or when a row it sent has due commands of its entity behind it
+	// (its result frees the next). 0, or a context without a deadline: the
+	// run ends instead.
 	RoomWait time.Duration
 	// Reserve is the time left before the invocation's deadline at which a
 	// run stops claiming (default 10s).
@@ -158,9 +160,16 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 		d.after = batch.NextAfter(scope.After)
 		d.mu.Unlock()
 		s.Claimed += len(claims)
+		behind := batch.HeldBehind
 		for _, c := range claims {
 			if c.Reclaimed {
 				run.reclaimed++
+			}
+			if c.Followers && req.IDs == nil {
+				// The next command of its entity is due once this one ends:
+				// this run waits for it (a listed-ids run never claims it).
+				scope.Heads = append(scope.Heads, c.ID)
+				behind = true
 			}
 			if c.Probe {
 				run.probes++
@@ -174,12 +183,17 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 			return s, err
 		}
 		if len(claims) < want {
-			// Nothing more is due, or an in-flight cap holds the rest back:
-			// wait for room when the run may, else end.
-			if !batch.Held || d.cfg.RoomWait <= 0 || !d.wait(ctx) {
+			// Nothing more is due, or an in-flight cap holds the rest back,
+			// or commands wait behind a row this run sent: wait for room
+			// when the run may, else end.
+			if !(batch.Held || behind) || d.cfg.RoomWait <= 0 || !d.wait(ctx) {
 				break
 			}
-			run.waits++
+			if batch.Held {
+				run.waits++
+			} else {
+				run.entityWaits++
+			}
 		}
 	}
 	logSummary(ctx, log, s, run, nil)
@@ -209,6 +223,7 @@ type runStats struct {
 	deadLettered int // expired leases with no attempts left
 	probes       int // probe rows of half-open circuits
 	waits        int // waits for room under an in-flight cap
+	entityWaits  int // waits for a row this run sent, with commands of its entity behind it
 	noConnection int // rows without a connection, ended as configuration_invalid
 }
 
@@ -227,7 +242,8 @@ func logSummary(ctx context.Context, log *slog.Logger, s Summary, run runStats, 
 		level = slog.LevelError
 	}
 	log.Log(ctx, level, "dispatch run finished", "claimed", s.Claimed, "dispatched", s.Dispatched,
-		"unsupported", s.Unsupported, "released", s.Released, "noConnection", run.noConnection, "error", errString(err))
+		"unsupported", s.Unsupported, "released", s.Released, "noConnection", run.noConnection,
+		"capWaits", run.waits, "entityWaits", run.entityWaits, "error", errString(err))
 }
 
 // dispatchBatch routes one claimed batch. stop is set when a send failed:

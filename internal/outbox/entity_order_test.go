@@ -203,3 +203,41 @@ func keys(m map[string]outbox.Claim) []string {
 	}
 	return out
 }
+
+// A claimed row says whether due commands of its entity wait behind it, and
+// a claim told of such rows (ClaimParams.Heads) says whether one is still
+// in flight: what lets a dispatch run wait for its own rows. An opted-out
+// connection has no followers.
+func TestClaimTellsFollowersAndWhetherTheirHeadIsStillInFlight(t *testing.T) {
+	t.Parallel()
+	f := pg.NewDB(t)
+	base := time.Now().Add(-time.Hour)
+	org := f.NewID(t)
+	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org})
+	ids := entityCommands(t, f, org, conn, 2, base)
+	lone := commands(t, f, org, conn, 1, base.Add(time.Minute))
+	s := outbox.NewStore(f.Pool)
+	p := outbox.ClaimParams{Limit: 10, MaxAttempts: 10, Lease: time.Minute}
+
+	b := claimBatch(t, s, p)
+	got := claimIDs(b.Claims)
+	if len(got) != 2 || !got[ids[0]].Followers || got[lone[0]].Followers || b.HeldBehind {
+		t.Fatalf("first claim: %+v (held behind %v), want the head with followers and the lone row without", b.Claims, b.HeldBehind)
+	}
+	p.Heads = []string{ids[0]}
+	if b := claimBatch(t, s, p); len(b.Claims) != 0 || !b.HeldBehind || b.Held {
+		t.Errorf("with the head in flight: %+v, held behind %v, held %v; want nothing claimed, held behind only", b.Claims, b.HeldBehind, b.Held)
+	}
+	finish(t, s, []outbox.Claim{got[ids[0]]}, outbox.StatusCompleted, "")
+	b = claimBatch(t, s, p)
+	if len(b.Claims) != 1 || b.Claims[0].ID != ids[1] || b.Claims[0].Followers || b.HeldBehind {
+		t.Errorf("after the head's result: %+v, held behind %v; want its follower, the last one, and the head no longer in flight", b.Claims, b.HeldBehind)
+	}
+
+	free := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Config: map[string]any{"ordered": false}})
+	both := entityCommands(t, f, org, free, 2, base.Add(2*time.Minute))
+	b = claimBatch(t, s, outbox.ClaimParams{Limit: 10, MaxAttempts: 10, Lease: time.Minute})
+	if got := claimIDs(b.Claims); len(got) != 2 || got[both[0]].Followers || got[both[1]].Followers {
+		t.Errorf("opted-out connection: %+v, want both claimed, no followers", b.Claims)
+	}
+}

@@ -123,7 +123,11 @@ type Claim struct {
 	Reclaimed bool
 	// Probe is set when the row is the probe of its connection's half-open
 	// circuit.
-	Probe     bool
+	Probe bool
+	// Followers is set when due commands of the row's entity wait behind
+	// it (per-entity order, on an ordered connection): the next one can be
+	// claimed once this one ends.
+	Followers bool
 	CreatedAt time.Time
 }
 
@@ -149,6 +153,10 @@ type ClaimParams struct {
 	OrganizationID string
 	// IDs, when non-nil, claims only these rows.
 	IDs []string
+	// Heads are rows this run claimed with Followers: while one of them is
+	// still in flight (leased, no result recorded), the batch is
+	// HeldBehind.
+	Heads []string
 }
 
 // scope returns the optional organization and id filters as SQL arguments.
@@ -170,6 +178,10 @@ type Batch struct {
 	// in flight finish. Rows the circuit breaker or per-entity order holds
 	// back do not set it: nothing this run does frees them.
 	Held bool
+	// HeldBehind is set when one of ClaimParams.Heads is still in flight:
+	// commands of its entity wait behind it, and the claim after its result
+	// takes the next one.
+	HeldBehind bool
 }
 
 // NextAfter returns the ClaimParams.After that continues the rotation
@@ -238,6 +250,7 @@ func (s *Store) claimArgs(p ClaimParams) pgx.NamedArgs {
 		"connection_max_in_flight": p.ConnectionMaxInFlight,
 		"after_organization":       cmp.Or(p.After, "00000000-0000-0000-0000-000000000000"),
 		"circuit_on":               s.circuit.FailureThreshold > 0,
+		"heads":                    p.Heads,
 	}
 }
 
@@ -253,8 +266,10 @@ func (s *Store) claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, er
 			attempts                      *int
 			reclaimed, probe              *bool
 			created                       *time.Time
+			followers                     bool
 		)
-		if err := rows.Scan(&id, &org, &conn, &cmdType, &token, &attempts, &reclaimed, &probe, &created, &b.Held); err != nil {
+		if err := rows.Scan(&id, &org, &conn, &cmdType, &token, &attempts, &reclaimed, &probe, &created,
+			&followers, &b.Held, &b.HeldBehind); err != nil {
 			rows.Close()
 			return Batch{}, err
 		}
@@ -262,7 +277,8 @@ func (s *Store) claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, er
 			continue // nothing claimed: the one row says only whether a cap held rows back
 		}
 		b.Claims = append(b.Claims, Claim{ID: *id, OrganizationID: *org, ConnectionID: *conn, CommandType: *cmdType,
-			ClaimToken: *token, AttemptCount: *attempts, Reclaimed: *reclaimed, Probe: *probe, CreatedAt: *created})
+			ClaimToken: *token, AttemptCount: *attempts, Reclaimed: *reclaimed, Probe: *probe, Followers: followers,
+			CreatedAt: *created})
 	}
 	if err := rows.Err(); err != nil {
 		return Batch{}, err

@@ -39,6 +39,12 @@
 -- room, so the dispatcher may wait for it. Rows held by the breaker or by
 -- per-entity order do not count. With no row claimed one row comes back, its
 -- claim columns null.
+--
+-- Per-entity order can be waited for too, but only behind the run's own rows:
+-- each claimed row says whether due commands of its ordered entity wait
+-- behind it (followers), and held_behind says whether one of @heads (the
+-- run's claimed rows that had followers) is still in flight, leased and
+-- without a result: once it is recorded, the next claim takes its follower.
 
 with recursive budget as (
     select case when @max_in_flight::int > 0 then greatest(0, least(@claim_limit::int, @max_in_flight::int - (
@@ -243,15 +249,28 @@ with recursive budget as (
           union all select id, reclaimed, probe from locked) locked
     where o.id = locked.id
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type, o.claim_token,
-        o.attempt_count, locked.reclaimed, locked.probe, o.created_at
+        o.attempt_count, locked.reclaimed, locked.probe, o.created_at, o.local_entity_type, o.local_entity_id
 ), held as (
     select ((select room from budget) < @claim_limit::int
             and (select count(*) from picked) >= (select room from budget))
         or coalesce((select bool_or(held) from walk), false)
-        or exists (select 1 from ranked where not within and not probe) as held
+        or exists (select 1 from ranked where not within and not probe) as held,
+        exists (select 1 from external_integration_outbox h
+                where h.id = any(@heads::text[]::uuid[])
+                  and h.status = 'processing' and h.provider_status is null and h.lease_expires_at > now()) as held_behind
 )
 select c.id::text, c.organization_id::text, coalesce(c.integration_connection_id::text, ''),
     coalesce(c.command_type, ''), c.claim_token::text, c.attempt_count, c.reclaimed, c.probe, c.created_at,
-    h.held
+    c.id is not null and c.local_entity_id is not null
+        and exists (select 1 from integration_connections k
+                    where k.id = c.integration_connection_id and k.organization_id = c.organization_id
+                      and coalesce(k.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb)
+        and exists (select 1 from external_integration_outbox x
+                    where x.integration_connection_id = c.integration_connection_id
+                      and x.local_entity_id = c.local_entity_id
+                      and x.local_entity_type is not distinct from c.local_entity_type
+                      and x.status in ('queued', 'failed') and x.id <> c.id
+                      and coalesce(x.next_attempt_at, now()) <= now()) as followers,
+    h.held, h.held_behind
 from held h
 left join claimed c on true
