@@ -77,12 +77,12 @@ func main() {
 	flag.StringVar(&churnSizes, "churn-sizes", "40000,1000000", "starting outbox sizes of the churn run (ours and the legacy worker at each)")
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn" or "claim" (the claim scaling); the table goes to stdout, and to -out only when given`)
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling) or "batch" (our pipeline at push batches of 10 and 100); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
-	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" && o.only != "churn" && o.only != "claim" {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn" and "claim" are the measurements that run alone`)
+	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" && o.only != "churn" && o.only != "claim" && o.only != "batch" {
+		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim" and "batch" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -227,6 +227,12 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	}
 	if o.only == "churn" {
 		churn()
+	}
+	if o.only == "batch" {
+		step("push batch lever", func() (err error) {
+			r.BatchLever, err = measureBatchLever(ctx, log, env, o.throughputJobs, o.consumers)
+			return
+		})
 	}
 	if o.only == "claim" {
 		step("claim scaling", func() (err error) { r.Claim, err = measureClaims(ctx, log, env, o.claimSizes, o.claimRuns); return })

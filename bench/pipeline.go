@@ -101,10 +101,13 @@ type queueSender struct {
 	msgs  chan events.SQSMessage
 	calls atomic.Int64
 	seq   atomic.Int64
+	// batch is the most messages one take hands a consumer, as the SQS
+	// event source's BatchSize (default 10).
+	batch int
 }
 
 func newQueueSender(capacity int) *queueSender {
-	return &queueSender{msgs: make(chan events.SQSMessage, capacity)}
+	return &queueSender{msgs: make(chan events.SQSMessage, capacity), batch: 10}
 }
 
 func (q *queueSender) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
@@ -138,7 +141,7 @@ func (q *queueSender) take(ctx context.Context) (events.SQSEvent, bool) {
 	case <-ctx.Done():
 		return ev, false
 	}
-	for len(ev.Records) < 10 {
+	for len(ev.Records) < q.batch {
 		select {
 		case m, ok := <-q.msgs:
 			if !ok {

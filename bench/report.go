@@ -20,6 +20,8 @@ type report struct {
 	CacheOn    pipelineResult
 	CacheOff   pipelineResult
 	Throughput throughputResult
+	// BatchLever is our pipeline at larger push batches (-only batch).
+	BatchLever []batchLeverRun
 	Cold       []coldStart
 	Sizes      []bootstrapSize
 	Memory     lambdaMemory
@@ -222,6 +224,8 @@ func (r *report) table() []tableRow {
 		}
 	}
 
+	t = append(t, batchLeverRows(r.BatchLever)...)
+
 	// 8. Live install.
 	t = append(t, installRows(r.Install)...)
 	t = append(t, walRows(r.WAL)...)
@@ -320,6 +324,7 @@ func (r *report) markdown() string {
 	b.WriteString(overloadMarkdown(r.Overload, r.Fair))
 	b.WriteString(visibilityMarkdown(r.Visibility))
 	b.WriteString(churnMarkdown(r.Churn))
+	b.WriteString(batchLeverMarkdown(r.BatchLever))
 	return b.String()
 }
 

@@ -52,7 +52,7 @@ func perSecond(n int, d time.Duration) float64 { return float64(n) / d.Seconds()
 func measureThroughput(ctx context.Context, log *slog.Logger, env *benchEnv, riverBin string, jobs, consumers int) (throughputResult, error) {
 	res := throughputResult{Jobs: jobs, Consumers: consumers}
 	var err error
-	if res.Ours, err = runOurs(ctx, env, jobs, consumers, false); err != nil {
+	if res.Ours, err = runOurs(ctx, env, jobs, consumers, false, 10); err != nil {
 		return res, fmt.Errorf("ours: %w", err)
 	}
 	log.Info("our throughput measured", "jobs", jobs, "took", res.Ours.Took.Round(time.Millisecond))
@@ -60,7 +60,7 @@ func measureThroughput(ctx context.Context, log *slog.Logger, env *benchEnv, riv
 		return res, fmt.Errorf("river: %w", err)
 	}
 	log.Info("River's throughput measured", "jobs", jobs, "took", time.Duration(res.River.Seconds*float64(time.Second)).Round(time.Millisecond))
-	if res.Staged, err = runOurs(ctx, env, jobs, consumers, true); err != nil {
+	if res.Staged, err = runOurs(ctx, env, jobs, consumers, true, 10); err != nil {
 		return res, fmt.Errorf("ours, staged: %w", err)
 	}
 	log.Info("our stages measured", "dispatch", res.Staged.Dispatch.Round(time.Millisecond), "push", res.Staged.Push.Round(time.Millisecond))
@@ -84,12 +84,12 @@ type ourRun struct {
 // dispatcher running back to back (each Run claims up to
 // DISPATCH_MAX_PER_RUN in batches of 50) feeding the in-process queue, and
 // consumers push workers, each with its own App (pool of 4, as one Lambda
-// container), taking batches of up to 10. Sandbox provider, no latency, no
+// container), taking batches of up to batch (10 as deployed). Sandbox provider, no latency, no
 // credential reference (the secret path is measured on its own).
 //
 // Normally the stages overlap, as in production. A staged run dispatches
 // every job before the consumers start, to tell which stage sets the pace.
-func runOurs(ctx context.Context, env *benchEnv, jobs, consumers int, staged bool) (ourRun, error) {
+func runOurs(ctx context.Context, env *benchEnv, jobs, consumers int, staged bool, batch int) (ourRun, error) {
 	var res ourRun
 	url, err := env.pg.MigratedDatabase(ctx)
 	if err != nil {
@@ -128,6 +128,7 @@ func runOurs(ctx context.Context, env *benchEnv, jobs, consumers int, staged boo
 		return a, err
 	}
 	q := newQueueSender(jobs)
+	q.batch = batch
 	da, err := newApp()
 	if err != nil {
 		return res, err
