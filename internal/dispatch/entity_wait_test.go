@@ -67,8 +67,9 @@ func (p *pushAfter) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBat
 	return out, err
 }
 
-// runWithLog runs d over a 3 s budget (1 s kept in reserve, room waits of
-// 20 ms) and returns the run's summary log line.
+// runWithLog runs d over a 6 s budget (1 s kept in reserve, room waits of
+// 20 ms: generous, so a loaded machine's slow claims and sends still fit)
+// and returns the run's summary log line.
 func runWithLog(t *testing.T, b bundle, sender dispatch.Sender) (dispatch.Summary, map[string]any) {
 	t.Helper()
 	var logs bytes.Buffer
@@ -79,7 +80,7 @@ func runWithLog(t *testing.T, b bundle, sender dispatch.Sender) (dispatch.Summar
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 	defer cancel()
 	s, err := d.Run(ctx, dispatch.Request{})
 	if err != nil {
@@ -144,9 +145,9 @@ func TestRunStopsWaitingWhenTheCommandItSentIsToBeRetriedLater(t *testing.T) {
 	if s.Dispatched != 1 {
 		t.Errorf("the run sent %d, want the first only (the second waits for its retry)", s.Dispatched)
 	}
-	// Waiting to its deadline would be about (3 s - 1 s reserve) / 20 ms =
-	// 100 waits; the result came after 100 ms. A slow machine makes fewer
-	// waits, never more.
+	// Waiting to its deadline would be about (6 s - 1 s reserve) / 20 ms =
+	// 250 waits; the result came after 100 ms (about 5 waits). A slow
+	// machine makes fewer waits, never more.
 	if n := log["entityWaits"].(float64); n == 0 || n >= 50 {
 		t.Errorf("the run waited %v times behind its command, want it to stop once that command's result is a retry", n)
 	}
