@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -281,7 +282,7 @@ func (e *churnEvents) fail(err error) {
 // rows over churnOrgs organizations (one connection each) and orders
 // purchase orders (the producers' entities), runs one ANALYZE, and clones it
 // for the legacy worker with the legacy indexes.
-func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders int) (map[string]string, error) {
+func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders, fillfactor int) (map[string]string, error) {
 	ours, err := env.pg.MigratedDatabase(ctx)
 	if err != nil {
 		return nil, err
@@ -301,8 +302,33 @@ func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders int)
 		return dbs, fmt.Errorf("cloning the churn outbox for the legacy worker: %w", err)
 	}
 	dbs[churnLegacy] = testenv.ReplaceDatabase(env.pg.URL, name)
-	return dbs, legacyIndexes(ctx, dbs[churnLegacy], true)
+	if err := legacyIndexes(ctx, dbs[churnLegacy], true); err != nil {
+		return dbs, err
+	}
+	if fillfactor == 0 {
+		return dbs, nil
+	}
+	// The fillfactor lever: ours again, the outbox's new pages left with
+	// room (a storage parameter of the host's table: only pages filled from
+	// now on keep it).
+	name = fmt.Sprintf("churn_%d_fillfactor", rows)
+	if err := cloneDatabase(ctx, env, databaseName(ours), name); err != nil {
+		return dbs, fmt.Errorf("cloning the churn outbox for the fillfactor lever: %w", err)
+	}
+	v := churnFillfactor(fillfactor)
+	dbs[v] = testenv.ReplaceDatabase(env.pg.URL, name)
+	c, err := pgx.Connect(ctx, dbs[v])
+	if err != nil {
+		return dbs, err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	_, err = c.Exec(ctx, fmt.Sprintf("alter table external_integration_outbox set (fillfactor = %d)", fillfactor))
+	return dbs, err
 }
+
+// churnFillfactor names the fillfactor lever's variant: ours, with the
+// outbox's fillfactor set to f.
+func churnFillfactor(f int) string { return fmt.Sprintf("ours, fillfactor %d (a lever)", f) }
 
 // cloneDatabase creates name as a copy of template.
 func cloneDatabase(ctx context.Context, env *benchEnv, template, name string) error {
@@ -394,18 +420,22 @@ func churnOrders(ctx context.Context, pool *pgxpool.Pool) ([]churnOrder, error) 
 
 // measureChurn runs the churn at every size, ours then the legacy worker,
 // one run at a time, each on its own fresh copy of the size's rows.
-func measureChurn(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []int, rate int, d time.Duration) ([]churnRun, error) {
+func measureChurn(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []int, rate int, d time.Duration, fillfactor int) ([]churnRun, error) {
 	var out []churnRun
 	width := churnBucket(d)
 	n := max(int(d/width), 1)
 	for _, size := range sizes {
 		t := time.Now()
 		orders := rate*int((time.Duration(n)*width).Seconds())*5/4 + 1000
-		dbs, err := prepareChurnDatabases(ctx, env, size, orders)
+		dbs, err := prepareChurnDatabases(ctx, env, size, orders, fillfactor)
 		loadFor := time.Since(t)
 		if err == nil {
 			log.Info("churn outbox loaded", "rows", size, "took", loadFor.Round(time.Millisecond))
-			for _, v := range []string{churnOurs, churnLegacy} {
+			variants := []string{churnOurs, churnLegacy}
+			if fillfactor != 0 {
+				variants = append(variants, churnFillfactor(fillfactor))
+			}
+			for _, v := range variants {
 				var r churnRun
 				r, err = runChurn(ctx, env, dbs[v], v, size, rate, width, n)
 				if err != nil {
@@ -763,7 +793,7 @@ func churnFind(runs []churnRun, variant string, rows int) (churnRun, bool) {
 func churnSizesOf(runs []churnRun) []int {
 	var out []int
 	for _, r := range runs {
-		if len(out) == 0 || out[len(out)-1] != r.Rows {
+		if !slices.Contains(out, r.Rows) {
 			out = append(out, r.Rows)
 		}
 	}
@@ -791,6 +821,16 @@ func churnRows(runs []churnRun) []tableRow {
 			"ours/legacy " + x(ratio), fmt.Sprintf("≤ %.1f×", targetChurnCPU), status(ratio <= targetChurnCPU)})
 		t = append(t, tableRow{"10", fmt.Sprintf("Churn from %s rows: outbox row versions written per completed command (insert and updates), HOT share of the updates, steady state", rows(size)),
 			o.versionsPerCompleted(), "legacy: " + l.versionsPerCompleted(), "", "two updates per job", "reported"})
+		for _, r := range runs {
+			if r.Rows != size || r.Variant == churnOurs || r.Variant == churnLegacy {
+				continue
+			}
+			v := r.steady()
+			t = append(t, tableRow{"10", fmt.Sprintf("Churn from %s rows, %s: PostgreSQL CPU per completed command; outbox row versions", rows(size), r.Variant),
+				fmt.Sprintf("%s; %s", usMs(v.cpuPerCompleted()), v.versionsPerCompleted()),
+				fmt.Sprintf("ours: %s; %s", usMs(o.cpuPerCompleted()), o.versionsPerCompleted()),
+				"CPU " + x(float64(v.cpuPerCompleted())/float64(max(o.cpuPerCompleted(), 1))), "", "lever"})
+		}
 	}
 	if len(sizes) >= 2 {
 		small, ok1 := churnFind(runs, churnOurs, sizes[0])

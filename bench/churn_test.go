@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,6 +122,11 @@ func TestChurnRowsCompareOursWithLegacyAndSizes(t *testing.T) {
 	}
 	if rows[4].ratio != "latency 2.00×, per row 1.20×" || rows[4].status == "met" {
 		t.Errorf("size row: ratio %q status %q", rows[4].ratio, rows[4].status)
+	}
+	lever := run(churnFillfactor(90), 40000, 400*ms, 5*ms, 10)
+	withLever := churnRows(append(slices.Clone(runs), lever))
+	if len(withLever) != 6 || withLever[2].status != "lever" || withLever[2].ratio != "CPU 0.80×" {
+		t.Errorf("with the fillfactor lever: %d rows; lever row %+v", len(withLever), withLever[min(2, len(withLever)-1)])
 	}
 	if md := churnMarkdown(runs); !strings.Contains(md, "## Churn") || strings.Count(md, "| steady state |") != 4 {
 		t.Errorf("markdown lacks the section or a steady-state row per run:\n%s", md)

@@ -45,6 +45,7 @@ type options struct {
 	churnSizes     []int
 	churnRate      int
 	churnDuration  time.Duration
+	churnFill      int
 	// only, when set, runs that one measurement ("install") and writes the
 	// table only where -out says.
 	only string
@@ -76,6 +77,7 @@ func main() {
 	flag.IntVar(&o.walInserts, "wal-inserts", 5000, "host inserts per schema in the WAL per host insert measurement")
 	flag.StringVar(&churnSizes, "churn-sizes", "40000,1000000", "starting outbox sizes of the churn run (ours and the legacy worker at each)")
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
+	flag.IntVar(&o.churnFill, "churn-fillfactor", 0, "also run ours with the outbox's fillfactor set to this (a lever; 0: not run)")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
 	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling) or "batch" (our pipeline at push batches of 10 and 100); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
@@ -107,6 +109,10 @@ func main() {
 	}
 	if o.churnSizes, err = parseInstallSizes(churnSizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -churn-sizes:", err)
+		os.Exit(2)
+	}
+	if o.churnFill != 0 && (o.churnFill < 10 || o.churnFill > 100) {
+		fmt.Fprintln(os.Stderr, "bench: -churn-fillfactor must be 0 or 10 to 100")
 		os.Exit(2)
 	}
 	if o.churnRate < 1 || o.churnDuration < 4*time.Second {
@@ -221,7 +227,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	}
 	churn := func() {
 		step("churn", func() (err error) {
-			r.Churn, err = measureChurn(ctx, log, env, o.churnSizes, o.churnRate, o.churnDuration)
+			r.Churn, err = measureChurn(ctx, log, env, o.churnSizes, o.churnRate, o.churnDuration, o.churnFill)
 			return
 		})
 	}
