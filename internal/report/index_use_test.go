@@ -2,8 +2,6 @@ package report
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 
 	"integration-outbox/internal/testenv"
@@ -62,27 +60,7 @@ func TestOperatorViewsUseOurIndexes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.view, func(t *testing.T) {
-			var plan string
-			if err := f.Pool.QueryRow(ctx, "explain (format json) "+c.sql, c.args...).Scan(&plan); err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(plan, fmt.Sprintf("%q", c.index)) {
-				t.Errorf("the plan of %s does not use %s: %s", c.view, c.index, planOutline(plan))
-			}
+			f.CheckPlanUses(t, c.index, c.view, c.sql, c.args...)
 		})
 	}
-}
-
-// planOutline is a plan's node types, relations and index names, in order.
-func planOutline(plan string) string {
-	var out []string
-	for line := range strings.SplitSeq(plan, "\n") {
-		line = strings.TrimSpace(line)
-		for _, key := range []string{`"Node Type"`, `"Relation Name"`, `"Index Name"`} {
-			if strings.HasPrefix(line, key) {
-				out = append(out, strings.Trim(strings.TrimPrefix(line, key+": "), `",`))
-			}
-		}
-	}
-	return strings.Join(out, " / ")
 }
