@@ -43,18 +43,9 @@ with exhausted as (
         or (o.status = 'processing' and o.provider_status is not null and o.next_attempt_at <= now())
         or (o.status in ('queued', 'failed') and coalesce(o.next_attempt_at, now()) <= now()))
     returning o.*
+), exhausted_rows as (
+    select * from expired
 ), conflicts as (
-    insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
-        conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
-    select e.organization_id, c.location_id, e.integration_connection_id,
-        'provider_rejected', 'high', e.local_entity_type, e.local_entity_id,
-        'External provider outbound command reached dead letter: attempts exhausted.',
-        jsonb_build_object('outboxId', e.id, 'commandType', e.command_type,
-            'idempotencyKey', e.idempotency_key, 'lastError', e.last_error),
-        e.id
-    from expired e
-    left join integration_connections c
-        on c.id = e.integration_connection_id and c.organization_id = e.organization_id
-    on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
+/*fragment:exhausted_conflict*/
 )
 select count(*) from expired

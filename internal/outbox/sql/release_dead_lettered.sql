@@ -44,20 +44,10 @@ with req as (
       and (o.started_at is null or o.lease_expires_at < now())
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type, o.local_entity_type,
         o.local_entity_id, o.idempotency_key, o.status, o.last_error, o.attempt_count, o.claimed_at, o.started_at
+), exhausted_rows as (
+    select * from released where status = 'dead_letter'
 ), conflicts as (
-    insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
-        conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
-    select r.organization_id, c.location_id, r.integration_connection_id,
-        'provider_rejected', 'high', r.local_entity_type, r.local_entity_id,
-        'External provider outbound command reached dead letter: attempts exhausted.',
-        jsonb_build_object('outboxId', r.id, 'commandType', r.command_type,
-            'idempotencyKey', r.idempotency_key, 'lastError', r.last_error),
-        r.id
-    from released r
-    left join integration_connections c
-        on c.id = r.integration_connection_id and c.organization_id = r.organization_id
-    where r.status = 'dead_letter'
-    on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
+/*fragment:exhausted_conflict*/
 ), attempts as (
     insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, finished_at,
         outcome, provider_called, error_excerpt)
