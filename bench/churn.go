@@ -330,7 +330,9 @@ func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders, fil
 // outbox's fillfactor set to f.
 func churnFillfactor(f int) string { return fmt.Sprintf("ours, fillfactor %d (a lever)", f) }
 
-// cloneDatabase creates name as a copy of template.
+// cloneDatabase creates name as a copy of template, retrying while the
+// template is "being accessed by other users" (the loader's backend may
+// still be exiting).
 func cloneDatabase(ctx context.Context, env *benchEnv, template, name string) error {
 	return env.admin(ctx, func(c *pgx.Conn) error {
 		stmt := fmt.Sprintf("create database %s template %s strategy file_copy",

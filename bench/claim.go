@@ -73,22 +73,9 @@ func prepareClaimDatabases(ctx context.Context, env *benchEnv, rows int) (claimD
 	dbs := claimDatabases{variantOurs: ours}
 	for _, v := range []string{variantLegacyPK, variantLegacyPlain} {
 		name := fmt.Sprintf("claim_%d_%s", rows, map[string]string{variantLegacyPK: "legacy_pk", variantLegacyPlain: "legacy_plain"}[v])
-		err := env.admin(ctx, func(c *pgx.Conn) error {
-			// FILE_COPY: a plain file copy is much quicker than WAL-logging
-			// every block of a large database (PostgreSQL 15's default).
-			stmt := fmt.Sprintf("create database %s template %s strategy file_copy",
-				pgx.Identifier{name}.Sanitize(), pgx.Identifier{databaseName(ours)}.Sanitize())
-			var err error
-			// The loader's backend may still be exiting: the template is
-			// then "being accessed by other users" for a moment.
-			for range 50 {
-				if _, err = c.Exec(ctx, stmt); err == nil || !strings.Contains(err.Error(), "being accessed") {
-					return err
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			return err
-		})
+		// FILE_COPY: a plain file copy is much quicker than WAL-logging
+		// every block of a large database (PostgreSQL 15's default).
+		err := cloneDatabase(ctx, env, databaseName(ours), name)
 		if err != nil {
 			return nil, fmt.Errorf("cloning the outbox for %q: %w", v, err)
 		}
