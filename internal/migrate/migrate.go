@@ -137,12 +137,13 @@ func DownWith(ctx context.Context, databaseURL string, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("reading the schema version: %w", err)
 		}
-		if objs, ok := hostObjects[current]; ok && len(objs.Drops) > 0 {
+		objs := hostObjects[current]
+		if len(objs.Drops) > 0 {
 			if err := s.installer.Restore(ctx, objs); err != nil {
 				return fmt.Errorf("migration %d: %w", current, err)
 			}
 		}
-		if objs, ok := hostObjects[current]; ok && len(objs.NullForNewRows) > 0 {
+		if len(objs.NullForNewRows) > 0 {
 			if err := s.installer.RestoreDefaults(ctx, objs); err != nil {
 				return fmt.Errorf("migration %d: %w", current, err)
 			}
