@@ -173,7 +173,7 @@ func (in *Installer) nullForNewRows(ctx context.Context, c NullForNewRows) error
 	}
 	stmt := fmt.Sprintf("alter table %s alter column %s drop not null, alter column %s drop default",
 		ident(c.Table), ident(c.Name), ident(c.Name))
-	return in.brief(ctx, stmt, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, stmt); return err })
+	return in.briefExec(ctx, stmt)
 }
 
 // RestoreDefaults sets back the defaults objs dropped (a down step) on the
@@ -191,7 +191,7 @@ func (in *Installer) RestoreDefaults(ctx context.Context, objs HostObjects) erro
 			continue
 		}
 		stmt := fmt.Sprintf("alter table %s alter column %s set default %s", ident(c.Table), ident(c.Name), c.Default)
-		if err := in.brief(ctx, stmt, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, stmt); return err }); err != nil {
+		if err := in.briefExec(ctx, stmt); err != nil {
 			return fmt.Errorf("column %s.%s: %w", c.Table, c.Name, err)
 		}
 	}
@@ -475,12 +475,12 @@ func (in *Installer) DropOwned(ctx context.Context, version int64) error {
 				err = in.dropIndex(ctx, o.table, o.name)
 			case "constraint":
 				stmt := fmt.Sprintf("alter table %s drop constraint if exists %s", ident(o.table), ident(o.name))
-				err = in.brief(ctx, stmt, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, stmt); return err })
+				err = in.briefExec(ctx, stmt)
 			case "column":
 				// A catalog change only: the column's data stays in the
 				// rows until they are next written.
 				stmt := fmt.Sprintf("alter table %s drop column if exists %s", ident(o.table), ident(o.name))
-				err = in.brief(ctx, stmt, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, stmt); return err })
+				err = in.briefExec(ctx, stmt)
 			}
 			if err != nil {
 				return fmt.Errorf("migration %d: dropping %s %s of %s: %w", version, o.kind, o.name, o.table, err)
@@ -499,6 +499,11 @@ func record(ctx context.Context, tx pgx.Tx, version int64, kind, table, name str
 		values ($1, $2, $3, $4) on conflict (kind, table_name, object_name) do nothing`,
 		version, kind, table, name)
 	return err
+}
+
+// briefExec runs the one statement stmt as brief does.
+func (in *Installer) briefExec(ctx context.Context, stmt string) error {
+	return in.brief(ctx, stmt, func(tx pgx.Tx) error { _, err := tx.Exec(ctx, stmt); return err })
 }
 
 // brief runs fn in a transaction whose lock waits end after the lock
