@@ -181,6 +181,23 @@ var hostObjects = map[int64]HostObjects{
 			{Table: outbox, Name: "idempotency_enforced", Default: "false"},
 		},
 	},
+	11: {
+		// The host's own inserts stop paying for the per-entity order's
+		// index. A queued row with no next_attempt_at after its created_at
+		// (what a host inserts, and a released row) is due from the start:
+		// the claim's walk of its connection, oldest first, meets it before
+		// any newer command of its entity, so the claim orders such rows
+		// among its own candidates. The index holds only the rows the walk
+		// may pass by: failed ones, queued ones due later, and the ones in
+		// flight or reclaimable (processing).
+		Indexes: []Index{
+			{Table: outbox, Name: "external_integration_outbox_entity_order_idx",
+				Definition: "(integration_connection_id, local_entity_id) where local_entity_id is not null and (status in ('failed', 'processing') or (status = 'queued' and next_attempt_at > created_at))"},
+		},
+		Drops: []DroppedIndex{
+			{7, "external_integration_outbox_entity_idx"},
+		},
+	},
 }
 
 // declaredIndex is the definition migration d.Version declares for d.Name.

@@ -13,16 +13,23 @@ import (
 const legacyKeyIdx = "external_integration_outbox_legacy_key_idx"
 
 // legacyKeyEntries counts the entries on the leaf pages of the legacy key
-// index (pageinspect): what the host's inserts wrote into it.
+// index: what the host's inserts wrote into it.
 func legacyKeyEntries(t *testing.T, conn *pgx.Conn) int {
+	t.Helper()
+	return indexEntries(t, conn, legacyKeyIdx)
+}
+
+// indexEntries counts the entries on the leaf pages of the b-tree index
+// (pageinspect).
+func indexEntries(t *testing.T, conn *pgx.Conn, index string) int {
 	t.Helper()
 	if _, err := conn.Exec(context.Background(), `create extension if not exists pageinspect`); err != nil {
 		t.Fatal(err)
 	}
 	return countRowsConn(t, conn, `
 		select coalesce(sum(s.live_items), 0)::int
-		from generate_series(1, (pg_relation_size('`+legacyKeyIdx+`') / current_setting('block_size')::int) - 1) b,
-		    lateral bt_page_stats('`+legacyKeyIdx+`', b::int) s
+		from generate_series(1, (pg_relation_size('`+index+`') / current_setting('block_size')::int) - 1) b,
+		    lateral bt_page_stats('`+index+`', b::int) s
 		where s.type = 'l'`)
 }
 

@@ -281,9 +281,9 @@ func TestInstallRefusesOurNamesWithAnotherDefinition(t *testing.T) {
 		name, host string
 		want       []string
 	}{
-		{"index", `create index external_integration_outbox_entity_idx on external_integration_outbox (status)`,
-			[]string{"index external_integration_outbox_entity_idx that is not ours",
-				"drop index concurrently external_integration_outbox_entity_idx", "run make migrate again"}},
+		{"index", `create index external_integration_outbox_entity_order_idx on external_integration_outbox (status)`,
+			[]string{"index external_integration_outbox_entity_order_idx that is not ours",
+				"drop index concurrently external_integration_outbox_entity_order_idx", "run make migrate again"}},
 		{"unique index", `create index external_integration_outbox_enqueue_key_idx
 				on external_integration_outbox (organization_id, idempotency_key)`,
 			[]string{"external_integration_outbox_enqueue_key_idx", "create unique index concurrently", "run make migrate again"}},

@@ -241,3 +241,45 @@ func TestClaimTellsFollowersAndWhetherTheirHeadIsStillInFlight(t *testing.T) {
 		t.Errorf("opted-out connection: %+v, want both claimed, no followers", b.Claims)
 	}
 }
+
+// The host's commands due at once are in no index of the per-entity order
+// (only the claim's walk index): a claim still keeps their order when the
+// walk does not bring the older one (a listed id), and a command the host
+// schedules for later holds the newer ones of its entity until it has gone.
+func TestOrderHoldsForRowsOutsideTheEntityOrderIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := pg.NewDB(t)
+	base := time.Now().Add(-time.Hour)
+	org := f.NewID(t)
+	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org})
+	ids := entityCommands(t, f, org, conn, 2, base)
+	s := outbox.NewStore(f.Pool)
+	p := outbox.ClaimParams{Limit: 10, MaxAttempts: 10, Lease: time.Minute}
+
+	listed := p
+	listed.IDs = []string{ids[1]}
+	if b := claimBatch(t, s, listed); len(b.Claims) != 0 {
+		t.Fatalf("the newer command claimed by its id while the older one waits: %+v", b.Claims)
+	}
+	listed.IDs = []string{ids[0]}
+	if b := claimBatch(t, s, listed); len(b.Claims) != 1 || b.Claims[0].ID != ids[0] {
+		t.Fatalf("the older command by its id: %+v, want it", b.Claims)
+	}
+
+	later := time.Now().Add(time.Hour)
+	po := f.PurchaseOrder(t, org, "", 1)
+	scheduled := f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po,
+		CreatedAt: base, NextAttemptAt: &later})
+	next := f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po,
+		CreatedAt: base.Add(time.Second)})
+	if b := claimBatch(t, s, p); len(b.Claims) != 0 {
+		t.Fatalf("claimed %+v while the entity's older command is scheduled for later", b.Claims)
+	}
+	if _, err := f.Pool.Exec(ctx, `update external_integration_outbox set next_attempt_at = now() - interval '1 second' where id = $1`, scheduled); err != nil {
+		t.Fatal(err)
+	}
+	if b := claimBatch(t, s, p); len(b.Claims) != 1 || b.Claims[0].ID != scheduled || !b.Claims[0].Followers {
+		t.Fatalf("once due: claimed %+v, want the scheduled command alone, with a follower (%s)", b.Claims, next)
+	}
+}

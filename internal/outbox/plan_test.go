@@ -64,8 +64,8 @@ func TestClaimPlanIsIndexProbesAtAnyAllVisibleShare(t *testing.T) {
 	if !strings.Contains(got, "external_integration_outbox_claim_walk_idx") {
 		t.Error("the claim's plan does not walk external_integration_outbox_claim_walk_idx")
 	}
-	if !strings.Contains(got, "external_integration_outbox_entity_idx") {
-		t.Error("the claim's plan does not check per-entity order through external_integration_outbox_entity_idx")
+	if !strings.Contains(got, "external_integration_outbox_entity_order_idx") {
+		t.Error("the claim's plan does not check per-entity order through external_integration_outbox_entity_order_idx")
 	}
 	// The check can fail: left to itself, the planner picks bitmap scans
 	// on this table (if it no longer does, the table must change for the

@@ -14,13 +14,31 @@ const rowColumns = `
     coalesce(o.updated_at, o.created_at)`
 
 // listSQL lists rows newest first. $2 optional organization, $3 optional
-// status, $4 optional connection, $5 limit.
+// status, $4 optional connection, $5 limit. The queued rows are read in two
+// parts, each the condition of a claim index (with a connection: the
+// claim's walk index; without: the orphan index), since no other index of
+// ours holds the queued rows the host inserts.
 const listSQL = `
 select` + rowColumns + `
-from external_integration_outbox o
-where ($2::uuid is null or o.organization_id = $2)
-  and ($3::text is null or o.status = $3)
-  and ($4::uuid is null or o.integration_connection_id = $4)
+from (
+    select o.* from external_integration_outbox o
+    where $3::text = 'queued' and o.status = 'queued'
+      and o.integration_connection_id is not null
+      and ($2::uuid is null or o.organization_id = $2)
+      and ($4::uuid is null or o.integration_connection_id = $4)
+    union all
+    select o.* from external_integration_outbox o
+    where $3::text = 'queued' and o.status = 'queued'
+      and o.integration_connection_id is null
+      and ($2::uuid is null or o.organization_id = $2)
+      and $4::uuid is null
+    union all
+    select o.* from external_integration_outbox o
+    where $3::text is distinct from 'queued'
+      and ($2::uuid is null or o.organization_id = $2)
+      and ($3::text is null or o.status = $3)
+      and ($4::uuid is null or o.integration_connection_id = $4)
+) o
 order by o.created_at desc, o.id
 limit $5`
 
@@ -122,12 +140,20 @@ limit $3`
 
 // overdueQueuedSQL: queued rows due for longer than $3 seconds: the
 // scheduled dispatch is not taking them. $4 limit.
+// Read in two parts, as listSQL's queued rows.
 const overdueQueuedSQL = `
 select` + rowColumns + `, count(*) over ()
-from external_integration_outbox o
-where o.status = 'queued'
-  and coalesce(o.next_attempt_at, o.created_at) < now() - make_interval(secs => $3)
-  and ($2::uuid is null or o.organization_id = $2)
+from (
+    select o.* from external_integration_outbox o
+    where o.status = 'queued' and o.integration_connection_id is not null
+      and coalesce(o.next_attempt_at, o.created_at) < now() - make_interval(secs => $3)
+      and ($2::uuid is null or o.organization_id = $2)
+    union all
+    select o.* from external_integration_outbox o
+    where o.status = 'queued' and o.integration_connection_id is null
+      and coalesce(o.next_attempt_at, o.created_at) < now() - make_interval(secs => $3)
+      and ($2::uuid is null or o.organization_id = $2)
+) o
 order by o.created_at, o.id
 limit $4`
 
@@ -165,20 +191,35 @@ limit $2`
 // waitingBehindSQL: the command that holds a queued or failed row back under
 // per-entity order (its connection is ordered): another command of its
 // connection and entity in flight, else the oldest older one still waiting.
-// No row when nothing holds it. $1 organization, $2 id.
+// No row when nothing holds it. $1 organization, $2 id. The others are read
+// as the claim reads them: in the entity order index (in flight, failed,
+// queued but due later), and among the pair's older queued and failed rows
+// in the claim's walk index.
 const waitingBehindSQL = `
+with o as (
+    select o.* from external_integration_outbox o
+    join integration_connections c on c.id = o.integration_connection_id and c.organization_id = o.organization_id
+    where o.organization_id = $1 and o.id = $2 and o.status in ('queued', 'failed')
+      and o.local_entity_id is not null
+      and coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb
+)
 select x.id::text
-from external_integration_outbox o
-join integration_connections c on c.id = o.integration_connection_id and c.organization_id = o.organization_id
-join external_integration_outbox x
-    on x.integration_connection_id = o.integration_connection_id and x.local_entity_id = o.local_entity_id
-   and x.local_entity_type is not distinct from o.local_entity_type and x.id <> o.id
-where o.organization_id = $1 and o.id = $2 and o.status in ('queued', 'failed')
-  and coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb
-  and x.status in ('queued', 'failed', 'processing')
-  and ((x.status = 'processing' and (x.provider_status is not null or x.lease_expires_at is null
-                                     or x.lease_expires_at >= now()))
-       or (x.created_at, x.id) < (o.created_at, o.id))
+from (
+    select x.id, x.status, x.created_at
+    from o join external_integration_outbox x
+        on x.integration_connection_id = o.integration_connection_id and x.local_entity_id = o.local_entity_id
+       and x.local_entity_type is not distinct from o.local_entity_type and x.id <> o.id
+    where (x.status in ('failed', 'processing') or (x.status = 'queued' and x.next_attempt_at > x.created_at))
+      and ((x.status = 'processing' and (x.provider_status is not null or x.lease_expires_at is null
+                                         or x.lease_expires_at >= now()))
+           or (x.created_at, x.id) < (o.created_at, o.id))
+    union all
+    select x.id, x.status, x.created_at
+    from o join external_integration_outbox x
+        on x.organization_id = o.organization_id and x.integration_connection_id = o.integration_connection_id
+       and x.local_entity_id = o.local_entity_id and x.local_entity_type is not distinct from o.local_entity_type
+    where x.status in ('queued', 'failed') and (x.created_at, x.id) < (o.created_at, o.id)
+) x
 order by x.status = 'processing' desc, x.created_at, x.id
 limit 1`
 

@@ -24,7 +24,14 @@
 -- Per-entity order: on a connection whose config_json.ordered is not false, a
 -- row is claimed only when no other row of its (connection, entity type,
 -- entity) is in flight (processing, accepted rows included) and none older
--- waits (queued, failed): one at a time, oldest created_at first.
+-- waits (queued, failed): one at a time, oldest created_at first. The rows the
+-- walk may pass by (failed, queued but due later, processing) are probed in
+-- the entity order index (entity_head); an older queued row due from the
+-- start, which the host's inserts keep out of every index but the walk's, is
+-- met by the walk before the newer one, so of the candidates of one entity
+-- only the oldest goes (heads). Rows the walk does not bring (listed ids,
+-- reclaims) also probe the walk index for older queued rows
+-- (entity_no_older_queued).
 --
 -- @max_attempts: MAX_ATTEMPTS; @lease_seconds: the lease; @organization_id:
 -- an optional organization; @ids: an optional id list (a rerun's
@@ -42,7 +49,9 @@
 --
 -- Per-entity order can be waited for too, but only behind the run's own rows:
 -- each claimed row says whether due commands of its ordered entity wait
--- behind it (followers), and held_behind says whether one of @heads (the
+-- behind it (followers: a candidate of this claim that it holds back; for a
+-- row the entity order index held, which kept its followers from the
+-- candidates, a due one among the next 100 rows of its pair), and held_behind says whether one of @heads (the
 -- run's claimed rows that had followers) is still in flight, leased and
 -- without a result: once it is recorded, the next claim takes its follower.
 
@@ -112,10 +121,12 @@ with recursive budget as (
 ), walked as (
     select * from walk where ok
 ), due as (
-    select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed, true as walked
+    select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed,
+        w.ordered, d.local_entity_type, d.local_entity_id, d.status = 'failed' or d.next_attempt_at > d.created_at as indexed
     from walked w
     cross join lateral (
-        select d.id, d.organization_id, d.integration_connection_id, d.created_at
+        select d.id, d.organization_id, d.integration_connection_id, d.created_at, d.local_entity_type, d.local_entity_id,
+            d.status, d.next_attempt_at
         from external_integration_outbox d
         where d.organization_id = w.org and d.integration_connection_id = w.conn
           and d.status in ('queued', 'failed')
@@ -127,10 +138,10 @@ with recursive budget as (
         -- have one row each.
         -- One more than the room shows a pair the limit holds back.
         limit least(w.room + 1, greatest((select room from budget) - (select count(distinct org) from walked)::int + 1, 1))
-        for update skip locked
     ) d
 ), orphan as (
-    select id, organization_id, integration_connection_id, created_at, false as reclaimed, false as walked
+    select id, organization_id, integration_connection_id, created_at, false as reclaimed,
+        false as ordered, local_entity_type, local_entity_id, false as indexed
     from (
         select o.*, row_number() over (partition by o.organization_id order by o.created_at) as turn
         from external_integration_outbox o
@@ -142,7 +153,9 @@ with recursive budget as (
     ) o
     /*fragment:take_turns*/
 ), listed as (
-    select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed, false as walked
+    select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed,
+        coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb as ordered,
+        d.local_entity_type, d.local_entity_id, d.status = 'failed' or d.next_attempt_at > d.created_at as indexed
     from external_integration_outbox d
     left join integration_connections c
         on c.id = d.integration_connection_id and c.organization_id = d.organization_id
@@ -151,13 +164,16 @@ with recursive budget as (
       and coalesce(d.next_attempt_at, now()) <= now()
       and d.attempt_count < @max_attempts
       and (@organization_id::uuid is null or d.organization_id = @organization_id)
-      and (coalesce(c.config_json -> 'ordered', 'true'::jsonb) = 'false'::jsonb or /*fragment:entity_head*/)
+      and (coalesce(c.config_json -> 'ordered', 'true'::jsonb) = 'false'::jsonb
+           or (/*fragment:entity_head*/ and /*fragment:entity_no_older_queued*/))
     order by d.created_at
     limit (select room from budget)
 ), expired as (
-    select id, organization_id, integration_connection_id, created_at, true as reclaimed, false as walked
+    select id, organization_id, integration_connection_id, created_at, true as reclaimed,
+        ordered, local_entity_type, local_entity_id, true as indexed
     from (
-        select d.*, row_number() over (partition by d.organization_id order by d.created_at) as turn
+        select d.*, coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb as ordered,
+            row_number() over (partition by d.organization_id order by d.created_at) as turn
         from external_integration_outbox d
         left join integration_connections c
             on c.id = d.integration_connection_id and c.organization_id = d.organization_id
@@ -166,13 +182,16 @@ with recursive budget as (
           and d.attempt_count < @max_attempts
           and (@organization_id::uuid is null or d.organization_id = @organization_id)
           and (@ids::text[] is null or d.id = any(@ids::text[]::uuid[]))
-          and (coalesce(c.config_json -> 'ordered', 'true'::jsonb) = 'false'::jsonb or /*fragment:entity_head*/)
+          and (coalesce(c.config_json -> 'ordered', 'true'::jsonb) = 'false'::jsonb
+               or (/*fragment:entity_head*/ and /*fragment:entity_no_older_queued*/))
     ) o
     /*fragment:take_turns*/
 ), follow_up as (
-    select id, organization_id, integration_connection_id, created_at, false as reclaimed, false as walked
+    select id, organization_id, integration_connection_id, created_at, false as reclaimed,
+        ordered, local_entity_type, local_entity_id, true as indexed
     from (
-        select d.*, row_number() over (partition by d.organization_id order by d.created_at) as turn
+        select d.*, coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb as ordered,
+            row_number() over (partition by d.organization_id order by d.created_at) as turn
         from external_integration_outbox d
         left join integration_connections c
             on c.id = d.integration_connection_id and c.organization_id = d.organization_id
@@ -184,12 +203,22 @@ with recursive budget as (
           and (coalesce(c.config_json -> 'ordered', 'true'::jsonb) = 'false'::jsonb or /*fragment:entity_free*/)
     ) o
     /*fragment:take_turns*/
-), candidates as (
+), every_candidate as (
     select * from due
     union all select * from orphan
     union all select * from listed
     union all select * from expired
     union all select * from follow_up
+), heads as (
+    -- Of the candidates of one ordered entity only the oldest may go: an
+    -- older queued row due from the start is not in the entity order index,
+    -- so entity_head let the newer one through; it is behind.
+    select c.*, c.ordered and c.local_entity_id is not null and row_number() over (
+            partition by c.integration_connection_id, c.local_entity_type, c.local_entity_id
+            order by c.created_at, c.id) > 1 as behind
+    from every_candidate c
+), candidates as (
+    select * from heads where not behind
 ), conns as (
     -- The walk already knows the room of its pairs; only the connections
     -- of other candidates (reclaims, follow-ups, listed ids) are looked up.
@@ -214,7 +243,7 @@ with recursive budget as (
 ), allowed as (
     select * from ranked where within
 ), picked as (
-    select a.id, a.reclaimed, a.probe, a.walked
+    select a.id, a.reclaimed, a.probe
     from (
         select a.*, row_number() over (partition by a.organization_id order by a.created_at) as org_rank
         from allowed a
@@ -222,14 +251,13 @@ with recursive budget as (
     order by a.org_rank, a.organization_id <= @after_organization::uuid, a.organization_id, a.created_at
     limit (select room from budget)
 ), locked as (
-    -- The picked rows of the other kinds (the walk's due rows are locked
-    -- as it reads them), locked (a row another transaction holds is
-    -- skipped) and checked again on their latest version: a result recorded
-    -- since this statement's snapshot leaves its row alone.
+    -- The picked rows, locked (a row another transaction holds is skipped)
+    -- and checked again on their latest version: a result recorded since
+    -- this statement's snapshot leaves its row alone.
     select o.id, p.reclaimed, p.probe
     from picked p
     join external_integration_outbox o on o.id = p.id
-    where not p.walked and o.attempt_count < @max_attempts
+    where o.attempt_count < @max_attempts
       and ((o.status in ('queued', 'failed') and coalesce(o.next_attempt_at, now()) <= now())
         or (o.status = 'processing' and o.provider_status is null and o.lease_expires_at < now())
         or (o.status = 'processing' and o.provider_status is not null and o.next_attempt_at <= now()))
@@ -245,8 +273,7 @@ with recursive budget as (
         next_attempt_at = null,
         provider_status = null,
         updated_at = now()
-    from (select id, reclaimed, probe from picked where walked
-          union all select id, reclaimed, probe from locked) locked
+    from locked
     where o.id = locked.id
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type, o.claim_token,
         o.attempt_count, locked.reclaimed, locked.probe, o.created_at, o.local_entity_type, o.local_entity_id
@@ -265,12 +292,26 @@ select c.id::text, c.organization_id::text, coalesce(c.integration_connection_id
         and exists (select 1 from integration_connections k
                     where k.id = c.integration_connection_id and k.organization_id = c.organization_id
                       and coalesce(k.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb)
-        and exists (select 1 from external_integration_outbox x
-                    where x.integration_connection_id = c.integration_connection_id
-                      and x.local_entity_id = c.local_entity_id
-                      and x.local_entity_type is not distinct from c.local_entity_type
-                      and x.status in ('queued', 'failed') and x.id <> c.id
-                      and coalesce(x.next_attempt_at, now()) <= now()) as followers,
+        and (exists (select 1 from heads b
+                     where b.behind and b.integration_connection_id = c.integration_connection_id
+                       and b.local_entity_id = c.local_entity_id
+                       and b.local_entity_type is not distinct from c.local_entity_type)
+             -- A row the entity order index held (a retry, a command
+             -- scheduled for later, a reclaim) kept its newer commands out of
+             -- the candidates: they are looked for among the next
+             -- 100 rows of its pair.
+             or (exists (select 1 from heads h where h.id = c.id and h.indexed)
+                 and exists (select 1 from (
+                        select x.local_entity_type, x.local_entity_id from external_integration_outbox x
+                        where x.organization_id = c.organization_id
+                          and x.integration_connection_id = c.integration_connection_id
+                          and x.status in ('queued', 'failed')
+                          and (x.created_at > c.created_at or (x.created_at = c.created_at and x.id > c.id))
+                          and coalesce(x.next_attempt_at, now()) <= now()
+                        order by x.created_at, x.id
+                        limit 100) n
+                     where n.local_entity_id = c.local_entity_id
+                       and n.local_entity_type is not distinct from c.local_entity_type))) as followers,
     h.held, h.held_behind
 from held h
 left join claimed c on true

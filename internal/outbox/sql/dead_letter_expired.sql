@@ -19,8 +19,19 @@ with exhausted as (
       and (@organization_id::uuid is null or o.organization_id = @organization_id)
       and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))
     union all
+    -- The queued and failed rows in two parts, with a connection and
+    -- without: each is the condition of a claim index (claim_walk_idx,
+    -- claim_orphan_idx), which holds every one of them.
     select o.id from external_integration_outbox o
-    where o.status in ('queued', 'failed') and coalesce(o.next_attempt_at, now()) <= now()
+    where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+      and coalesce(o.next_attempt_at, now()) <= now()
+      and o.attempt_count >= @max_attempts
+      and (@organization_id::uuid is null or o.organization_id = @organization_id)
+      and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))
+    union all
+    select o.id from external_integration_outbox o
+    where o.status in ('queued', 'failed') and o.integration_connection_id is null
+      and coalesce(o.next_attempt_at, now()) <= now()
       and o.attempt_count >= @max_attempts
       and (@organization_id::uuid is null or o.organization_id = @organization_id)
       and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))

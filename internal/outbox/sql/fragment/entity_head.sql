@@ -1,14 +1,17 @@
--- Whether the outbox row d may go now under per-entity order: no other
--- command of its connection and entity is in flight (processing under a live
--- lease, or accepted and awaiting its follow-up), and none older waits
--- (queued, failed, or processing with an expired lease: reclaimable). It
--- reads the entity index.
+-- Whether the outbox row d may go now under per-entity order, as far as the
+-- entity order index tells: no other command of its connection and entity
+-- is in flight (processing under a live lease, or accepted and awaiting its
+-- follow-up), and none older waits that the claim's walk may pass by
+-- (failed, queued but due later, or processing with an expired lease:
+-- reclaimable). An older queued row due from the start is not in that index:
+-- the walk meets it before d and the claim orders the two among its
+-- candidates; a row the walk does not bring also reads entity_no_older_queued.
 not exists (
         select 1 from external_integration_outbox x
         where x.integration_connection_id = d.integration_connection_id
           and x.local_entity_id = d.local_entity_id
           and x.local_entity_type is not distinct from d.local_entity_type
-          and x.status in ('queued', 'failed', 'processing')
+          and (x.status in ('failed', 'processing') or (x.status = 'queued' and x.next_attempt_at > x.created_at))
           and x.id <> d.id
           and ((x.status = 'processing' and (x.provider_status is not null or not x.lease_expires_at < now()
                                              or x.lease_expires_at is null))

@@ -1,0 +1,13 @@
+-- Whether no older queued or failed command of the outbox row d's
+-- organization, connection and entity waits: what a row the claim's walk
+-- does not bring (a listed id, a reclaim) reads besides entity_head, since a
+-- queued row due from the start is not in the entity order index. It reads
+-- the claim walk index over the pair's rows older than d.
+not exists (
+        select 1 from external_integration_outbox x
+        where x.organization_id = d.organization_id
+          and x.integration_connection_id = d.integration_connection_id
+          and x.status in ('queued', 'failed')
+          and (x.created_at < d.created_at or (x.created_at = d.created_at and x.id < d.id))
+          and x.local_entity_id = d.local_entity_id
+          and x.local_entity_type is not distinct from d.local_entity_type)
