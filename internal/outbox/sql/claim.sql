@@ -26,12 +26,14 @@
 -- entity) is in flight (processing, accepted rows included) and none older
 -- waits (queued, failed): one at a time, oldest created_at first. The rows the
 -- walk may pass by (failed, queued but due later, processing) are probed in
--- the entity order index (entity_head); an older queued row due from the
--- start, which the host's inserts keep out of every index but the walk's, is
--- met by the walk before the newer one, so of the candidates of one entity
--- only the oldest goes (heads). Rows the walk does not bring (listed ids,
--- reclaims) also probe the walk index for older queued rows
--- (entity_no_older_queued).
+-- the entity order index (entity_head); a queued row due from the start,
+-- which the host's inserts keep out of every index but the walk's, is met by
+-- the walk before any newer command of its entity, so of the walk's
+-- candidates of one entity only the oldest goes (heads), and an older due
+-- row of the index that the walk brings too does not hold the newer ones in
+-- the walk's probe (entity_head_in_walk). Rows the walk does not bring
+-- (listed ids, reclaims) also probe the walk index for older queued and
+-- failed rows (entity_no_older_queued).
 --
 -- @max_attempts: MAX_ATTEMPTS; @lease_seconds: the lease; @organization_id:
 -- an optional organization; @ids: an optional id list (a rerun's
@@ -49,9 +51,9 @@
 --
 -- Per-entity order can be waited for too, but only behind the run's own rows:
 -- each claimed row says whether due commands of its ordered entity wait
--- behind it (followers: a candidate of this claim that it holds back; for a
--- row the entity order index held, which kept its followers from the
--- candidates, a due one among the next 100 rows of its pair), and held_behind says whether one of @heads (the
+-- behind it (followers: a candidate of this claim that it holds back; a
+-- command further down its pair than the walk read is not seen), and
+-- held_behind says whether one of @heads (the
 -- run's claimed rows that had followers) is still in flight, leased and
 -- without a result: once it is recorded, the next claim takes its follower.
 
@@ -122,17 +124,16 @@ with recursive budget as (
     select * from walk where ok
 ), due as (
     select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed,
-        w.ordered, d.local_entity_type, d.local_entity_id, d.status = 'failed' or d.next_attempt_at > d.created_at as indexed
+        w.ordered, d.local_entity_type, d.local_entity_id
     from walked w
     cross join lateral (
-        select d.id, d.organization_id, d.integration_connection_id, d.created_at, d.local_entity_type, d.local_entity_id,
-            d.status, d.next_attempt_at
+        select d.id, d.organization_id, d.integration_connection_id, d.created_at, d.local_entity_type, d.local_entity_id
         from external_integration_outbox d
         where d.organization_id = w.org and d.integration_connection_id = w.conn
           and d.status in ('queued', 'failed')
           and coalesce(d.next_attempt_at, now()) <= now()
           and d.attempt_count < @max_attempts
-          and (not w.ordered or /*fragment:entity_head*/)
+          and (not w.ordered or /*fragment:entity_head_in_walk*/)
         order by d.created_at
         -- Enough for this organization to fill the batch if the others
         -- have one row each.
@@ -141,7 +142,7 @@ with recursive budget as (
     ) d
 ), orphan as (
     select id, organization_id, integration_connection_id, created_at, false as reclaimed,
-        false as ordered, local_entity_type, local_entity_id, false as indexed
+        false as ordered, local_entity_type, local_entity_id
     from (
         select o.*, row_number() over (partition by o.organization_id order by o.created_at) as turn
         from external_integration_outbox o
@@ -155,7 +156,7 @@ with recursive budget as (
 ), listed as (
     select d.id, d.organization_id, d.integration_connection_id, d.created_at, false as reclaimed,
         coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb as ordered,
-        d.local_entity_type, d.local_entity_id, d.status = 'failed' or d.next_attempt_at > d.created_at as indexed
+        d.local_entity_type, d.local_entity_id
     from external_integration_outbox d
     left join integration_connections c
         on c.id = d.integration_connection_id and c.organization_id = d.organization_id
@@ -170,7 +171,7 @@ with recursive budget as (
     limit (select room from budget)
 ), expired as (
     select id, organization_id, integration_connection_id, created_at, true as reclaimed,
-        ordered, local_entity_type, local_entity_id, true as indexed
+        ordered, local_entity_type, local_entity_id
     from (
         select d.*, coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb as ordered,
             row_number() over (partition by d.organization_id order by d.created_at) as turn
@@ -188,7 +189,7 @@ with recursive budget as (
     /*fragment:take_turns*/
 ), follow_up as (
     select id, organization_id, integration_connection_id, created_at, false as reclaimed,
-        ordered, local_entity_type, local_entity_id, true as indexed
+        ordered, local_entity_type, local_entity_id
     from (
         select d.*, coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb as ordered,
             row_number() over (partition by d.organization_id order by d.created_at) as turn
@@ -210,13 +211,14 @@ with recursive budget as (
     union all select * from expired
     union all select * from follow_up
 ), heads as (
-    -- Of the candidates of one ordered entity only the oldest may go: an
-    -- older queued row due from the start is not in the entity order index,
-    -- so entity_head let the newer one through; it is behind.
-    select c.*, c.ordered and c.local_entity_id is not null and row_number() over (
-            partition by c.integration_connection_id, c.local_entity_type, c.local_entity_id
-            order by c.created_at, c.id) > 1 as behind
+    -- Of the walk's candidates of one ordered entity only the oldest may go
+    -- (entity_head_in_walk lets the newer ones through): the others are
+    -- behind it, and it has followers.
+    select c.*, c.ordered and c.local_entity_id is not null and row_number() over e > 1 as behind,
+        c.ordered and c.local_entity_id is not null and count(*) over e > 1 as followers
     from every_candidate c
+    window e as (partition by c.integration_connection_id, c.local_entity_type, c.local_entity_id
+                 order by c.created_at, c.id rows between unbounded preceding and unbounded following)
 ), candidates as (
     select * from heads where not behind
 ), conns as (
@@ -288,30 +290,8 @@ with recursive budget as (
 )
 select c.id::text, c.organization_id::text, coalesce(c.integration_connection_id::text, ''),
     coalesce(c.command_type, ''), c.claim_token::text, c.attempt_count, c.reclaimed, c.probe, c.created_at,
-    c.id is not null and c.local_entity_id is not null
-        and exists (select 1 from integration_connections k
-                    where k.id = c.integration_connection_id and k.organization_id = c.organization_id
-                      and coalesce(k.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb)
-        and (exists (select 1 from heads b
-                     where b.behind and b.integration_connection_id = c.integration_connection_id
-                       and b.local_entity_id = c.local_entity_id
-                       and b.local_entity_type is not distinct from c.local_entity_type)
-             -- A row the entity order index held (a retry, a command
-             -- scheduled for later, a reclaim) kept its newer commands out of
-             -- the candidates: they are looked for among the next
-             -- 100 rows of its pair.
-             or (exists (select 1 from heads h where h.id = c.id and h.indexed)
-                 and exists (select 1 from (
-                        select x.local_entity_type, x.local_entity_id from external_integration_outbox x
-                        where x.organization_id = c.organization_id
-                          and x.integration_connection_id = c.integration_connection_id
-                          and x.status in ('queued', 'failed')
-                          and (x.created_at > c.created_at or (x.created_at = c.created_at and x.id > c.id))
-                          and coalesce(x.next_attempt_at, now()) <= now()
-                        order by x.created_at, x.id
-                        limit 100) n
-                     where n.local_entity_id = c.local_entity_id
-                       and n.local_entity_type is not distinct from c.local_entity_type))) as followers,
+    coalesce(f.followers, false) as followers,
     h.held, h.held_behind
 from held h
 left join claimed c on true
+left join heads f on f.id = c.id
