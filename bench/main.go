@@ -40,8 +40,7 @@ type options struct {
 	installSizes   []int
 	installRate    int
 	installWindow  time.Duration
-	walSizes       []int
-	walInserts     int
+	wal            walOptions
 	churnSizes     []int
 	churnRate      int
 	churnDuration  time.Duration
@@ -74,7 +73,9 @@ func main() {
 	flag.IntVar(&o.installRate, "install-rate", 50, "host inserts per second during the live install measurement")
 	flag.DurationVar(&o.installWindow, "install-window", 10*time.Second, "how long the host's inserts run alone, for the reference")
 	flag.StringVar(&walSizes, "wal-rows", "200000,2000000", "host outbox sizes of the WAL per host insert measurement")
-	flag.IntVar(&o.walInserts, "wal-inserts", 5000, "host inserts per schema in the WAL per host insert measurement")
+	flag.IntVar(&o.wal.Inserts, "wal-inserts", 5000, "host inserts per schema in the WAL per host insert measurement")
+	flag.StringVar(&o.wal.Payload, "wal-payload", "supplier", `the payload of the WAL measurement's host inserts: "supplier" (what the push worker reads of the command) or "order" (a whole purchase order)`)
+	flag.BoolVar(&o.wal.Levers, "wal-levers", false, "also measure the WAL levers (changes to our schema that are not installed)")
 	flag.StringVar(&churnSizes, "churn-sizes", "40000,1000000", "starting outbox sizes of the churn run (ours and the legacy worker at each)")
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
 	flag.IntVar(&o.churnFill, "churn-fillfactor", 0, "also run ours with the outbox's fillfactor set to this (a lever; 0: not run)")
@@ -103,8 +104,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -install-sizes:", err)
 		os.Exit(2)
 	}
-	if o.walSizes, err = parseInstallSizes(walSizes); err != nil {
+	if o.wal.Sizes, err = parseInstallSizes(walSizes); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -wal-rows:", err)
+		os.Exit(2)
+	}
+	if _, ok := walPayloads[o.wal.Payload]; !ok {
+		fmt.Fprintln(os.Stderr, `bench: -wal-payload: "supplier" or "order"`)
 		os.Exit(2)
 	}
 	if o.churnSizes, err = parseInstallSizes(churnSizes); err != nil {
@@ -214,7 +219,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	}
 	if o.only == "" || o.only == "wal" {
 		step("WAL per host insert", func() (err error) {
-			r.WAL, err = measureWAL(ctx, log, env, o.walSizes, o.walInserts)
+			r.WAL, err = measureWAL(ctx, log, env, o.wal)
 			return
 		})
 	}

@@ -24,15 +24,16 @@ const targetWALPerInsert = 1.25
 type walSchema struct {
 	Name    string
 	Version int64 // 0: the host's tables only; -1: every migration
-	// Without is an index of ours dropped after the install: a lever
-	// measured, not a schema we install.
-	Without string
+	// Lever is SQL run after the install: a lever measured, not a schema
+	// we install.
+	Lever string
 }
 
 // walSchemas are measured side by side: the host alone, our index set before
 // migration 8, before migration 10 (from which the host's own inserts skip
 // the legacy key index), before migration 11 (from which they skip the
-// per-entity order's index too), and every migration.
+// per-entity order's index too, and write a narrower entry into the claim's
+// walk index), and every migration.
 var walSchemas = []walSchema{
 	{Name: "host only"},
 	{Name: "ours up to migration 7", Version: 7},
@@ -41,11 +42,20 @@ var walSchemas = []walSchema{
 	{Name: "ours, every migration", Version: -1},
 }
 
+// walLevers are measured beside walSchemas with -wal-levers: changes to
+// every migration's schema that are not installed.
+var walLevers = []walSchema{
+	{Name: "ours, every migration, updated_at without its default (a lever, not installed)", Version: -1,
+		Lever: `alter table external_integration_outbox alter column updated_at drop not null,
+    alter column updated_at drop default`},
+}
+
 // walRun is one schema's measurement.
 type walRun struct {
 	Schema  string
 	Version int64
-	Without string
+	Lever   bool
+	Payload string // its name in walPayloads
 	Rows    int
 	Indexes int // indexes on the outbox
 	// Host and Enqueue are N inserts of a queued command: the host's own
@@ -65,7 +75,17 @@ func (b walBatch) rate() float64      { return float64(b.Inserts) / max(b.Took.S
 
 // measureWAL loads the same outbox into a database per schema and measures
 // the WAL and the rate of n host inserts on each.
-func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []int, n int) (out []walRun, err error) {
+// walOptions say what measureWAL measures: the outbox sizes, the inserts
+// per schema, the payload's name in walPayloads, and whether walLevers run
+// too.
+type walOptions struct {
+	Sizes   []int
+	Inserts int
+	Payload string
+	Levers  bool
+}
+
+func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, o walOptions) (out []walRun, err error) {
 	// The cluster runs without full-page writes (it is thrown away); a
 	// host's database has them, and the first change of each page after a
 	// checkpoint writes the whole page: the indexes an insert touches count
@@ -79,10 +99,15 @@ func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []in
 			err = rerr
 		}
 	}()
-	for _, rowCount := range sizes {
-		for _, s := range walSchemas {
-			log.Info("measuring WAL per host insert", "schema", s.Name, "rows", rowCount, "inserts", n)
-			r, err := measureWALOnce(ctx, env, s, rowCount, n)
+	schemas := walSchemas
+	if o.Levers {
+		schemas = append(slices.Clip(schemas), walLevers...)
+	}
+	for _, rowCount := range o.Sizes {
+		for _, s := range schemas {
+			log.Info("measuring WAL per host insert", "schema", s.Name, "rows", rowCount, "inserts", o.Inserts, "payload", o.Payload)
+			r, err := measureWALOnce(ctx, env, s, rowCount, o.Inserts, walPayloads[o.Payload])
+			r.Payload = o.Payload
 			if err != nil {
 				return out, fmt.Errorf("%s, %d rows: %w", s.Name, rowCount, err)
 			}
@@ -107,28 +132,34 @@ insert into external_integration_outbox (organization_id, integration_connection
     completed_at, created_at)
 select ('00000000-0000-4000-8000-' || lpad((g % 1000)::text, 12, '0'))::uuid,
     ('00000000-0000-4000-9000-' || lpad((g % 1000)::text, 12, '0'))::uuid, 'webhook',
-    'push_purchase_order', 'purchase_order', gen_random_uuid(), ` + walPayload + `, 'po-' || g,
+    'push_purchase_order', 'purchase_order', gen_random_uuid(), $2::jsonb, 'po-' || g,
     case when g % 50 = 0 then 'failed' when g % 20 = 0 then 'queued' else 'completed' end,
     g % 3, now(), case when g % 20 <> 0 then now() end, now() - make_interval(secs => $1 - g)
 from generate_series(1, $1) g`
 )
 
-// walPayload is a purchase order as a back office enqueues one.
-const walPayload = `'{"purchaseOrderId": "7d1c2a8e-4b0f-4e55-9a57-0c7f3c1d2e11", "externalSupplierId": "SUP-1042",
+// walPayloads are the payloads a host insert may carry (-wal-payload):
+// what the push worker reads of a push_purchase_order command (it loads the
+// order itself), and a whole purchase order, for a host that sends one.
+var walPayloads = map[string]string{
+	"supplier": `{"externalSupplierId": "SUP-1042"}`,
+	"order": `{"purchaseOrderId": "7d1c2a8e-4b0f-4e55-9a57-0c7f3c1d2e11", "externalSupplierId": "SUP-1042",
     "orderNumber": "PO-2026-004211", "currency": "EUR", "lines": [{"sku": "FLOUR-25KG", "quantity": 4, "unitPriceMinor": 1899},
-    {"sku": "SUGAR-10KG", "quantity": 2, "unitPriceMinor": 1250}, {"sku": "YEAST-500G", "quantity": 10, "unitPriceMinor": 349}]}'::jsonb`
+    {"sku": "SUGAR-10KG", "quantity": 2, "unitPriceMinor": 1250}, {"sku": "YEAST-500G", "quantity": 10, "unitPriceMinor": 349}]}`,
+}
 
-// hostInsertSQL is the back office's own insert of a queued command.
+// hostInsertSQL is the back office's own insert of a queued command; $4 is
+// its payload.
 const hostInsertSQL = `
 insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
     local_entity_type, local_entity_id, payload_json, idempotency_key, status, next_attempt_at)
-values ($1, $2, 'webhook', 'push_purchase_order', 'purchase_order', gen_random_uuid(), ` + walPayload + `, $3, 'queued', now())`
+values ($1, $2, 'webhook', 'push_purchase_order', 'purchase_order', gen_random_uuid(), $4::jsonb, $3, 'queued', now())`
 
-const enqueueSQL = `select integration_outbox_enqueue($1, $2, 'push_purchase_order', 'purchase_order', gen_random_uuid(), ` +
-	walPayload + `, $3)`
+const enqueueSQL = `select integration_outbox_enqueue($1, $2, 'push_purchase_order', 'purchase_order', gen_random_uuid(),
+    $4::jsonb, $3)`
 
-func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n int) (walRun, error) {
-	res := walRun{Schema: s.Name, Rows: rowCount, Without: s.Without}
+func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n int, payload string) (walRun, error) {
+	res := walRun{Schema: s.Name, Rows: rowCount, Lever: s.Lever != ""}
 	url, err := env.pg.CreateDatabase(ctx, "")
 	if err != nil {
 		return res, err
@@ -148,7 +179,7 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 				return err
 			}
 		}
-		_, err := tx.Exec(ctx, walLoadSQL, rowCount)
+		_, err := tx.Exec(ctx, walLoadSQL, rowCount, payload)
 		return err
 	}); err != nil {
 		return res, fmt.Errorf("loading: %w", err)
@@ -161,9 +192,9 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 		if res.Version, err = migrate.CurrentVersion(ctx, url); err != nil {
 			return res, err
 		}
-		if s.Without != "" {
-			if _, err := conn.Exec(ctx, "drop index "+pgx.Identifier{s.Without}.Sanitize()); err != nil {
-				return res, err
+		if s.Lever != "" {
+			if _, err := conn.Exec(ctx, s.Lever); err != nil {
+				return res, fmt.Errorf("the lever: %w", err)
 			}
 		}
 	}
@@ -173,11 +204,11 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 	if err := conn.QueryRow(ctx, `select count(*) from pg_index where indrelid = 'external_integration_outbox'::regclass`).Scan(&res.Indexes); err != nil {
 		return res, err
 	}
-	if res.Host, err = walBatchOf(ctx, conn, hostInsertSQL, "host", n); err != nil {
+	if res.Host, err = walBatchOf(ctx, conn, hostInsertSQL, "host", n, payload); err != nil {
 		return res, fmt.Errorf("host inserts: %w", err)
 	}
 	if s.Version != 0 {
-		if res.Enqueue, err = walBatchOf(ctx, conn, enqueueSQL, "enqueue", n); err != nil {
+		if res.Enqueue, err = walBatchOf(ctx, conn, enqueueSQL, "enqueue", n, payload); err != nil {
 			return res, fmt.Errorf("enqueues: %w", err)
 		}
 	}
@@ -187,7 +218,7 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 // walBatchOf runs n inserts of stmt, each its own transaction as a back
 // office's request is, after a CHECKPOINT (so every schema's batch starts
 // writing full-page images alike), and reads the WAL they wrote.
-func walBatchOf(ctx context.Context, conn *pgx.Conn, stmt, keyPrefix string, n int) (walBatch, error) {
+func walBatchOf(ctx context.Context, conn *pgx.Conn, stmt, keyPrefix string, n int, payload string) (walBatch, error) {
 	b := walBatch{Inserts: n}
 	if _, err := conn.Exec(ctx, `checkpoint`); err != nil {
 		return b, err
@@ -200,7 +231,7 @@ func walBatchOf(ctx context.Context, conn *pgx.Conn, stmt, keyPrefix string, n i
 	for i := range n {
 		org := fmt.Sprintf("00000000-0000-4000-8000-%012d", i%1000)
 		connID := fmt.Sprintf("00000000-0000-4000-9000-%012d", i%1000)
-		if _, err := conn.Exec(ctx, stmt, org, connID, fmt.Sprintf("%s-%d", keyPrefix, i)); err != nil {
+		if _, err := conn.Exec(ctx, stmt, org, connID, fmt.Sprintf("%s-%d", keyPrefix, i), payload); err != nil {
 			return b, err
 		}
 	}
@@ -232,7 +263,7 @@ func walRows(runs []walRun) []tableRow {
 			fmt.Sprintf("host only (%d indexes): %.0f B per insert, %.0f inserts/s", host.Indexes, host.Host.perInsert(), host.Host.rate()),
 			fmt.Sprintf("%s; rate %s", x(ratio), x(r.Host.rate()/host.Host.rate())),
 			fmt.Sprintf("≤ %.2f×", targetWALPerInsert), status(ratio <= targetWALPerInsert)})
-		if r.Without != "" {
+		if r.Lever {
 			t[len(t)-1].target, t[len(t)-1].status = "", "lever"
 		}
 	}
@@ -259,8 +290,9 @@ func walMarkdown(runs []walRun) string {
 			sizes = append(sizes, rows(r.Rows))
 		}
 	}
-	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`), at each size: %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, a purchase-order payload), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. The rate is inserts over the batch's wall time. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`); from migration 11 a queued row due at once (the host's insert sets `next_attempt_at` to `now()`, its `created_at`) enters no index of the per-entity order either: the host's insert writes one entry into an index of ours, `_claim_walk_idx`.\n",
-		strings.Join(names, "; "), strings.Join(sizes, " and "), runs[0].Host.Inserts)
+	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`), at each size: %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, the payload %s), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. The rate is inserts over the batch's wall time. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`); from migration 11 a queued row due at once (the host's insert sets `next_attempt_at` to `now()`, its `created_at`) enters no index of the per-entity order either: the host's insert writes one entry into an index of ours, `_walk_idx` (48-byte entries since migration 11). A schema marked lever is not what the migrations install: a change measured after the install.\n",
+		strings.Join(names, "; "), strings.Join(sizes, " and "), runs[0].Host.Inserts,
+		fmt.Sprintf("`%s` (%q)", strings.Join(strings.Fields(walPayloads[runs[0].Payload]), " "), runs[0].Payload))
 }
 
 // setFullPageWrites restarts the cluster with full_page_writes on (a

@@ -190,11 +190,19 @@ var hostObjects = map[int64]HostObjects{
 		// among its own candidates. The index holds only the rows the walk
 		// may pass by: failed ones, queued ones due later, and the ones in
 		// flight or reclaimable (processing).
+		//
+		// The claim's walk index loses its included columns: every
+		// statement that reads it reads the row too (its entity, its id),
+		// and an entry of 48 bytes instead of 64 fills fewer pages, so a
+		// host insert writes fewer full-page images after a checkpoint.
 		Indexes: []Index{
+			{Table: outbox, Name: "external_integration_outbox_walk_idx",
+				Definition: "(organization_id, integration_connection_id, created_at) where status in ('queued', 'failed') and integration_connection_id is not null"},
 			{Table: outbox, Name: "external_integration_outbox_entity_order_idx",
 				Definition: "(integration_connection_id, local_entity_id) where local_entity_id is not null and (status in ('failed', 'processing') or (status = 'queued' and next_attempt_at > created_at))"},
 		},
 		Drops: []DroppedIndex{
+			{4, "external_integration_outbox_claim_walk_idx"},
 			{7, "external_integration_outbox_entity_idx"},
 		},
 	},

@@ -10,7 +10,7 @@
 -- wraps around.
 --
 -- The due rows come from a skip scan over the (organization, connection)
--- pairs of the claim walk index, in rotation order; it stops once it has as
+-- pairs of the walk index (walk_idx), in rotation order; it stops once it has as
 -- many organizations with a claimable row as the claim may take, so a claim
 -- costs O(batch) index probes however many rows and tenants wait.
 --

@@ -20,7 +20,7 @@ with exhausted as (
       and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))
     union all
     -- The queued and failed rows in two parts, with a connection and
-    -- without: each is the condition of a claim index (claim_walk_idx,
+    -- without: each is the condition of a claim index (walk_idx,
     -- claim_orphan_idx), which holds every one of them.
     select o.id from external_integration_outbox o
     where o.status in ('queued', 'failed') and o.integration_connection_id is not null

@@ -2,7 +2,7 @@
 -- organization, connection and entity waits: what a row the claim's walk
 -- does not bring (a listed id, a reclaim) reads besides entity_head, since a
 -- queued row due from the start is not in the entity order index. It reads
--- the claim walk index over the pair's rows older than d.
+-- the walk index (walk_idx) over the pair's rows older than d.
 not exists (
         select 1 from external_integration_outbox x
         where x.organization_id = d.organization_id
