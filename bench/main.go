@@ -72,7 +72,7 @@ func main() {
 	flag.StringVar(&installSizes, "install-sizes", "1000000,10000000", "host outbox sizes of the live install measurement")
 	flag.IntVar(&o.installRate, "install-rate", 50, "host inserts per second during the live install measurement")
 	flag.DurationVar(&o.installWindow, "install-window", 10*time.Second, "how long the host's inserts run alone, for the reference")
-	flag.StringVar(&walSizes, "wal-rows", "200000,2000000", "host outbox sizes of the WAL per host insert measurement")
+	flag.StringVar(&walSizes, "wal-rows", "1000,20000,200000,2000000", "host outbox sizes of the WAL per host insert measurement")
 	flag.IntVar(&o.wal.Inserts, "wal-inserts", 5000, "host inserts per schema in the WAL per host insert measurement")
 	flag.StringVar(&o.wal.Payload, "wal-payload", "supplier", `the payload of the WAL measurement's host inserts: "supplier" (what the push worker reads of the command) or "order" (a whole purchase order)`)
 	flag.BoolVar(&o.wal.Levers, "wal-levers", false, "also measure the WAL levers (changes to our schema that are not installed)")

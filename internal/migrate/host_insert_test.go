@@ -12,11 +12,11 @@ import (
 
 // After every migration, the host's own insert of a queued command (a key,
 // a connection, an entity, due at once) writes one entry into one index of
-// ours, the claim's walk index (walk_idx), beside the host's primary key: neither key
-// index (migration 10) nor the entity order index (migration 11). A command
-// the host schedules for later, and each step of ours that moves a row,
-// still enter the entity order index: it holds what the claim's walk may pass
-// by.
+// ours, the claim's walk index (walk_idx), beside the host's primary key:
+// neither key index (migration 10) nor the entity order index (migration
+// 11), and it stores no updated_at (migration 11). A command the host
+// schedules for later, and each step of ours that moves a row, still enter
+// the entity order index: it holds what the claim's walk may pass by.
 func TestAHostInsertWritesOneEntryIntoOneIndexOfOurs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -68,6 +68,9 @@ func TestAHostInsertWritesOneEntryIntoOneIndexOfOurs(t *testing.T) {
 	if got := grew(before, after); !slices.Equal(got, want) {
 		t.Errorf("a host insert due at once wrote into %v, want only %v (indexes: %v)",
 			got, want, slices.Sorted(maps.Keys(after)))
+	}
+	if n := countRowsConn(t, conn, `select count(*) from external_integration_outbox where updated_at is null`); n != 1 {
+		t.Errorf("%d host rows read updated_at NULL, want the one inserted (it stores no updated_at)", n)
 	}
 	hostInsert("now() + interval '1 hour'")
 	want = []string{"external_integration_outbox_walk_idx", "external_integration_outbox_entity_order_idx",

@@ -201,6 +201,12 @@ var hostObjects = map[int64]HostObjects{
 			{Table: outbox, Name: "external_integration_outbox_entity_order_idx",
 				Definition: "(integration_connection_id, local_entity_id) where local_entity_id is not null and (status in ('failed', 'processing') or (status = 'queued' and next_attempt_at > created_at))"},
 		},
+		// And a row the host inserts from now on reads updated_at NULL (it
+		// stores 8 bytes less) until a step of ours writes it: the
+		// operators' views read coalesce(updated_at, created_at).
+		NullForNewRows: []NullForNewRows{
+			{Table: outbox, Name: "updated_at", Default: "now()"},
+		},
 		Drops: []DroppedIndex{
 			{4, "external_integration_outbox_claim_walk_idx"},
 			{7, "external_integration_outbox_entity_idx"},

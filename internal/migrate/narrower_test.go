@@ -81,13 +81,18 @@ func TestMigration8UpgradeMatchesAFreshInstallAndDownRestores(t *testing.T) {
 	if err := migrate.DownTo(ctx, url, 7); err != nil {
 		t.Fatal(err)
 	}
-	// The down step of 10 sets idempotency_enforced's default back but
-	// leaves it nullable (NOT NULL again would scan the table under an
-	// exclusive lock); the rest is the schema of 7 exactly.
-	nullable := strings.Replace(v7, "column external_integration_outbox.idempotency_enforced boolean NO false",
-		"column external_integration_outbox.idempotency_enforced boolean YES false", 1)
-	if nullable == v7 {
-		t.Fatalf("the schema of 7 has no NOT NULL idempotency_enforced:\n%s", v7)
+	// The down steps of 10 and 11 set the defaults of idempotency_enforced
+	// and updated_at back but leave them nullable (NOT NULL again would scan
+	// the table under an exclusive lock); the rest is the schema of 7
+	// exactly.
+	nullable := v7
+	for _, c := range []string{"idempotency_enforced boolean NO false", "updated_at timestamp with time zone NO now()"} {
+		was := nullable
+		nullable = strings.Replace(nullable, "column external_integration_outbox."+c,
+			"column external_integration_outbox."+strings.Replace(c, " NO ", " YES ", 1), 1)
+		if nullable == was {
+			t.Fatalf("the schema of 7 has no NOT NULL %s:\n%s", c, v7)
+		}
 	}
 	if got := snapshot(t, conn); got != nullable {
 		t.Errorf("the down steps to 7 do not restore the schema of 7:\n got %s\nwant %s", got, nullable)
