@@ -75,7 +75,6 @@ func main() {
 	flag.StringVar(&walSizes, "wal-rows", "1000,20000,200000,2000000", "host outbox sizes of the WAL per host insert measurement")
 	flag.IntVar(&o.wal.Inserts, "wal-inserts", 5000, "host inserts per schema in the WAL per host insert measurement")
 	flag.StringVar(&o.wal.Payload, "wal-payload", "supplier", `the payload of the WAL measurement's host inserts: "supplier" (what the push worker reads of the command) or "order" (a whole purchase order)`)
-	flag.BoolVar(&o.wal.Levers, "wal-levers", false, "also measure the WAL levers (changes to our schema that are not installed)")
 	flag.StringVar(&churnSizes, "churn-sizes", "40000,1000000", "starting outbox sizes of the churn run (ours and the legacy worker at each)")
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
 	flag.IntVar(&o.churnFill, "churn-fillfactor", 0, "also run ours with the outbox's fillfactor set to this (a lever; 0: not run)")

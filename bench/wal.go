@@ -24,9 +24,6 @@ const targetWALPerInsert = 1.25
 type walSchema struct {
 	Name    string
 	Version int64 // 0: the host's tables only; -1: every migration
-	// Lever is SQL run after the install: a lever measured, not a schema
-	// we install.
-	Lever string
 }
 
 // walSchemas are measured side by side: the host alone, our index set before
@@ -42,19 +39,10 @@ var walSchemas = []walSchema{
 	{Name: "ours, every migration", Version: -1},
 }
 
-// walLevers are measured beside walSchemas with -wal-levers: changes to
-// every migration's schema that are not installed.
-var walLevers = []walSchema{
-	{Name: "ours, every migration, updated_at without its default (a lever, not installed)", Version: -1,
-		Lever: `alter table external_integration_outbox alter column updated_at drop not null,
-    alter column updated_at drop default`},
-}
-
 // walRun is one schema's measurement.
 type walRun struct {
 	Schema  string
 	Version int64
-	Lever   bool
 	Payload string // its name in walPayloads
 	Rows    int
 	Indexes int // indexes on the outbox
@@ -76,13 +64,11 @@ func (b walBatch) rate() float64      { return float64(b.Inserts) / max(b.Took.S
 // measureWAL loads the same outbox into a database per schema and measures
 // the WAL and the rate of n host inserts on each.
 // walOptions say what measureWAL measures: the outbox sizes, the inserts
-// per schema, the payload's name in walPayloads, and whether walLevers run
-// too.
+// per schema and the payload's name in walPayloads.
 type walOptions struct {
 	Sizes   []int
 	Inserts int
 	Payload string
-	Levers  bool
 }
 
 func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, o walOptions) (out []walRun, err error) {
@@ -99,12 +85,8 @@ func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, o walOptio
 			err = rerr
 		}
 	}()
-	schemas := walSchemas
-	if o.Levers {
-		schemas = append(slices.Clip(schemas), walLevers...)
-	}
 	for _, rowCount := range o.Sizes {
-		for _, s := range schemas {
+		for _, s := range walSchemas {
 			log.Info("measuring WAL per host insert", "schema", s.Name, "rows", rowCount, "inserts", o.Inserts, "payload", o.Payload)
 			r, err := measureWALOnce(ctx, env, s, rowCount, o.Inserts, walPayloads[o.Payload])
 			r.Payload = o.Payload
@@ -159,7 +141,7 @@ const enqueueSQL = `select integration_outbox_enqueue($1, $2, 'push_purchase_ord
     $4::jsonb, $3)`
 
 func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n int, payload string) (walRun, error) {
-	res := walRun{Schema: s.Name, Rows: rowCount, Lever: s.Lever != ""}
+	res := walRun{Schema: s.Name, Rows: rowCount}
 	url, err := env.pg.CreateDatabase(ctx, "")
 	if err != nil {
 		return res, err
@@ -191,11 +173,6 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 		}
 		if res.Version, err = migrate.CurrentVersion(ctx, url); err != nil {
 			return res, err
-		}
-		if s.Lever != "" {
-			if _, err := conn.Exec(ctx, s.Lever); err != nil {
-				return res, fmt.Errorf("the lever: %w", err)
-			}
 		}
 	}
 	if _, err := conn.Exec(ctx, `vacuum (analyze) external_integration_outbox`); err != nil {
@@ -263,9 +240,6 @@ func walRows(runs []walRun) []tableRow {
 			fmt.Sprintf("host only (%d indexes): %.0f B per insert, %.0f inserts/s", host.Indexes, host.Host.perInsert(), host.Host.rate()),
 			fmt.Sprintf("%s; rate %s", x(ratio), x(r.Host.rate()/host.Host.rate())),
 			fmt.Sprintf("≤ %.2f×", targetWALPerInsert), status(ratio <= targetWALPerInsert)})
-		if r.Lever {
-			t[len(t)-1].target, t[len(t)-1].status = "", "lever"
-		}
 	}
 	return t
 }
@@ -290,7 +264,7 @@ func walMarkdown(runs []walRun) string {
 			sizes = append(sizes, rows(r.Rows))
 		}
 	}
-	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`), at each size: %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, the payload %s), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. The rate is inserts over the batch's wall time. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`); from migration 11 a queued row due at once (the host's insert sets `next_attempt_at` to `now()`, its `created_at`) enters no index of the per-entity order either: the host's insert writes one entry into an index of ours, `_walk_idx` (48-byte entries since migration 11). A schema marked lever is not what the migrations install: a change measured after the install.\n",
+	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`), at each size: %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, the payload %s), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. The rate is inserts over the batch's wall time. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`); from migration 11 a queued row due at once (the host's insert sets `next_attempt_at` to `now()`, its `created_at`) enters no index of the per-entity order either: the host's insert writes one entry into an index of ours, `_walk_idx` (48-byte entries since migration 11).\n",
 		strings.Join(names, "; "), strings.Join(sizes, " and "), runs[0].Host.Inserts,
 		fmt.Sprintf("`%s` (%q)", strings.Join(strings.Fields(walPayloads[runs[0].Payload]), " "), runs[0].Payload))
 }
