@@ -246,6 +246,7 @@ func TestClaimTellsFollowersAndWhetherTheirHeadIsStillInFlight(t *testing.T) {
 // (only the claim's walk index): a claim still keeps their order when the
 // walk does not bring the older one (a listed id), and a command the host
 // schedules for later holds the newer ones of its entity until it has gone.
+// A reclaim waits behind an older due retry the claim does not walk to.
 func TestOrderHoldsForRowsOutsideTheEntityOrderIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -265,6 +266,28 @@ func TestOrderHoldsForRowsOutsideTheEntityOrderIndex(t *testing.T) {
 	listed.IDs = []string{ids[0]}
 	if b := claimBatch(t, s, listed); len(b.Claims) != 1 || b.Claims[0].ID != ids[0] {
 		t.Fatalf("the older command by its id: %+v, want it", b.Claims)
+	}
+
+	// A reclaim of a newer command waits behind an older failed one that is
+	// due: the walk would bring that one first, but a claim of listed ids
+	// does not walk.
+	past := time.Now().Add(-time.Minute)
+	po0 := f.PurchaseOrder(t, org, "", 1)
+	failed := f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po0,
+		CreatedAt: base, Status: "failed", AttemptCount: 1, NextAttemptAt: &past})
+	expired := f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po0,
+		CreatedAt: base.Add(time.Second), AttemptCount: 1})
+	if _, err := f.Pool.Exec(ctx, `update external_integration_outbox set status = 'processing', claim_token = gen_random_uuid(),
+		lease_expires_at = now() - interval '1 minute', next_attempt_at = null where id = $1`, expired); err != nil {
+		t.Fatal(err)
+	}
+	listed.IDs = []string{expired}
+	if b := claimBatch(t, s, listed); len(b.Claims) != 0 {
+		t.Fatalf("the newer command's reclaim claimed while the older one waits for its retry: %+v", b.Claims)
+	}
+	listed.IDs = []string{failed, expired}
+	if b := claimBatch(t, s, listed); len(b.Claims) != 1 || b.Claims[0].ID != failed {
+		t.Fatalf("both listed: %+v, want only the older %s", b.Claims, failed)
 	}
 
 	later := time.Now().Add(time.Hour)

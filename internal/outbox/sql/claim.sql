@@ -29,11 +29,10 @@
 -- the entity order index (entity_head); a queued row due from the start,
 -- which the host's inserts keep out of every index but the walk's, is met by
 -- the walk before any newer command of its entity, so of the walk's
--- candidates of one entity only the oldest goes (heads), and an older due
--- row of the index that the walk brings too does not hold the newer ones in
--- the walk's probe (entity_head_in_walk). Rows the walk does not bring
--- (listed ids, reclaims) also probe the walk index for older queued and
--- failed rows (entity_no_older_queued).
+-- candidates of one entity only the oldest goes (heads); an older due row
+-- that the walk brings too does not hold the newer ones in entity_head
+-- either. Rows the walk does not bring (listed ids, reclaims) also probe the
+-- walk index for older queued and failed rows (entity_no_older_queued).
 --
 -- @max_attempts: MAX_ATTEMPTS; @lease_seconds: the lease; @organization_id:
 -- an optional organization; @ids: an optional id list (a rerun's
@@ -133,7 +132,7 @@ with recursive budget as (
           and d.status in ('queued', 'failed')
           and coalesce(d.next_attempt_at, now()) <= now()
           and d.attempt_count < @max_attempts
-          and (not w.ordered or /*fragment:entity_head_in_walk*/)
+          and (not w.ordered or /*fragment:entity_head*/)
         order by d.created_at
         -- Enough for this organization to fill the batch if the others
         -- have one row each.
@@ -212,7 +211,7 @@ with recursive budget as (
     union all select * from follow_up
 ), heads as (
     -- Of the walk's candidates of one ordered entity only the oldest may go
-    -- (entity_head_in_walk lets the newer ones through): the others are
+    -- (entity_head lets the newer ones through): the others are
     -- behind it, and it has followers.
     select c.*, c.ordered and c.local_entity_id is not null and row_number() over e > 1 as behind,
         c.ordered and c.local_entity_id is not null and count(*) over e > 1 as followers

@@ -2,10 +2,13 @@
 -- entity order index tells: no other command of its connection and entity
 -- is in flight (processing under a live lease, or accepted and awaiting its
 -- follow-up), and none older waits that the claim's walk may pass by
--- (failed, queued but due later, or processing with an expired lease:
--- reclaimable). An older queued row due from the start is not in that index:
--- the walk meets it before d and the claim orders the two among its
--- candidates; a row the walk does not bring also reads entity_no_older_queued.
+-- (queued or failed but not due, at or past @max_attempts or of another
+-- organization; processing with an expired lease: reclaimable). An older
+-- due queued or failed row of d's pair does not hold d here: the walk reads
+-- the pair oldest first and brings that one before d (heads in claim.sql
+-- keeps the oldest of an entity's candidates), and a row the walk does not
+-- bring (a listed id, a reclaim) reads entity_no_older_queued as well. A
+-- queued row due from the start is in no index of the order at all.
 not exists (
         select 1 from external_integration_outbox x
         where x.integration_connection_id = d.integration_connection_id
@@ -15,4 +18,7 @@ not exists (
           and x.id <> d.id
           and ((x.status = 'processing' and (x.provider_status is not null or not x.lease_expires_at < now()
                                              or x.lease_expires_at is null))
-               or x.created_at < d.created_at or (x.created_at = d.created_at and x.id < d.id)))
+               or ((x.created_at < d.created_at or (x.created_at = d.created_at and x.id < d.id))
+                   and not (x.status in ('queued', 'failed') and x.organization_id = d.organization_id
+                            and coalesce(x.next_attempt_at, now()) <= now()
+                            and x.attempt_count < @max_attempts))))

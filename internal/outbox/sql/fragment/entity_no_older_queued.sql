@@ -1,8 +1,9 @@
 -- Whether no older queued or failed command of the outbox row d's
 -- organization, connection and entity waits: what a row the claim's walk
--- does not bring (a listed id, a reclaim) reads besides entity_head, since a
--- queued row due from the start is not in the entity order index. It reads
--- the walk index (walk_idx) over the pair's rows older than d.
+-- does not bring (a listed id, a reclaim) reads besides entity_head, since
+-- entity_head lets an older due row of the pair pass and a queued row due
+-- from the start is not in the entity order index. It reads the walk index
+-- (walk_idx) over the pair's rows older than d.
 not exists (
         select 1 from external_integration_outbox x
         where x.organization_id = d.organization_id
