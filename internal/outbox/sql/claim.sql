@@ -210,7 +210,7 @@ with recursive budget as (
     union all select * from expired
     union all select * from follow_up
 ), heads as (
-    -- Of the walk's candidates of one ordered entity only the oldest may go
+    -- Of the candidates of one ordered entity only the oldest may go
     -- (entity_head lets the newer ones through): the others are
     -- behind it, and it has followers.
     select c.*, c.ordered and c.local_entity_id is not null and row_number() over e > 1 as behind,
