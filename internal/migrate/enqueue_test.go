@@ -38,6 +38,20 @@ func setupEnqueue(t *testing.T) enqueueBundle {
 		po:   f.PurchaseOrder(t, org, "", 1)}
 }
 
+// webhookConnection inserts a webhook connection of org on conn and returns
+// its id and what enqueues a key through it (org stands in for the entity).
+func webhookConnection(t *testing.T, conn *pgx.Conn, org string) (string, func(key string) enqueueArgs) {
+	t.Helper()
+	var connID string
+	if err := conn.QueryRow(context.Background(), `insert into integration_connections (organization_id, provider)
+		values ($1, 'webhook') returning id::text`, org).Scan(&connID); err != nil {
+		t.Fatal(err)
+	}
+	return connID, func(key string) enqueueArgs {
+		return enqueueArgs{org, connID, "push_purchase_order", "purchase_order", org, `{}`, key}
+	}
+}
+
 func (b enqueueBundle) args(key string) enqueueArgs {
 	return enqueueArgs{b.org, b.conn, "push_purchase_order", "purchase_order", b.po,
 		`{"externalSupplierId": "SUP-1"}`, key}
@@ -438,14 +452,7 @@ func TestEnqueueInstallsOverHostRowsWithDuplicateKeys(t *testing.T) {
 		t.Errorf("the table was rewritten: relfilenode %d -> %d", fileBefore, fileAfter)
 	}
 
-	var connID string
-	if err := conn.QueryRow(ctx, `insert into integration_connections (organization_id, provider)
-		values ($1, 'webhook') returning id::text`, org).Scan(&connID); err != nil {
-		t.Fatal(err)
-	}
-	args := func(key string) enqueueArgs {
-		return enqueueArgs{org, connID, "push_purchase_order", "purchase_order", org, `{}`, key}
-	}
+	connID, args := webhookConnection(t, conn, org)
 	for range 2 {
 		id, err := enqueue(ctx, conn, args("dup"))
 		if err != nil || id != "00000000-0000-4000-8000-0000000000a1" {

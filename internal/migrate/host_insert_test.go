@@ -27,11 +27,8 @@ func TestAHostInsertWritesOneEntryIntoOneIndexOfOurs(t *testing.T) {
 	if err := migrate.Up(ctx, url); err != nil {
 		t.Fatal(err)
 	}
-	var connID, org string
-	if err := conn.QueryRow(ctx, `insert into integration_connections (organization_id, provider)
-		values (gen_random_uuid(), 'webhook') returning id::text, organization_id::text`).Scan(&connID, &org); err != nil {
-		t.Fatal(err)
-	}
+	org := "6f1a4c1e-0000-4000-8000-0000000000b0"
+	connID, _ := webhookConnection(t, conn, org)
 	entries := func() map[string]int {
 		t.Helper()
 		out := map[string]int{}

@@ -95,14 +95,7 @@ func TestHostInsertsFromMigration10SkipTheKeyIndexes(t *testing.T) {
 		t.Errorf("after a host insert at 10 the legacy key index holds %d entries, want still 2", n)
 	}
 
-	var connID string
-	if err := conn.QueryRow(ctx, `insert into integration_connections (organization_id, provider)
-		values ($1, 'webhook') returning id::text`, org).Scan(&connID); err != nil {
-		t.Fatal(err)
-	}
-	args := func(key string) enqueueArgs {
-		return enqueueArgs{org, connID, "push_purchase_order", "purchase_order", org, `{}`, key}
-	}
+	_, args := webhookConnection(t, conn, org)
 	for key, want := range map[string]string{"before-install": before, "at-9": at9} {
 		if id, err := enqueue(ctx, conn, args(key)); err != nil || id != want {
 			t.Errorf("enqueue of the host's older key %q: %s %v, want its row %s", key, id, err, want)

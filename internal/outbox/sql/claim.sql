@@ -277,7 +277,7 @@ with recursive budget as (
     from locked
     where o.id = locked.id
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type, o.claim_token,
-        o.attempt_count, locked.reclaimed, locked.probe, o.created_at, o.local_entity_type, o.local_entity_id
+        o.attempt_count, locked.reclaimed, locked.probe, o.created_at
 ), held as (
     select ((select room from budget) < @claim_limit::int
             and (select count(*) from picked) >= (select room from budget))
