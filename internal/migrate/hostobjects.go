@@ -1,6 +1,9 @@
 package migrate
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // HostObjects is what one migration adds to the host application's tables:
 // columns, check constraints and indexes, and which indexes of an earlier
@@ -18,6 +21,21 @@ type HostObjects struct {
 	// NullForNewRows are columns of ours, added by an earlier migration,
 	// that rows inserted without them read as NULL from this migration on.
 	NullForNewRows []NullForNewRows
+	// ClockDefaults are host columns whose default, where it is the
+	// transaction's start (now()), becomes the time of the insert.
+	ClockDefaults []ClockDefault
+}
+
+// ClockDefault makes the default of a host timestamp column, where it is
+// now(), CURRENT_TIMESTAMP or transaction_timestamp() (all three the
+// transaction's start), clock_timestamp(): rows inserted one after another
+// in one transaction then read times in the order of their inserts. A
+// catalog change under a brief lock: no scan, no rewrite, and the rows
+// already there keep their values. Any other default (or none) stays as the
+// host has it. The replaced default is recorded, and the down step puts it
+// back.
+type ClockDefault struct {
+	Table, Column string
 }
 
 // NullForNewRows drops the NOT NULL and the default of a column of ours: a
@@ -60,6 +78,13 @@ type Constraint struct {
 type Index struct {
 	Table, Name, Definition string
 	Unique                  bool
+	// MixedTimestamps, when set, replaces Definition on a host table whose
+	// created_at and next_attempt_at are not of one type (a timestamp
+	// without time zone beside a timestamptz): comparing the two depends on
+	// the session's TimeZone, which PostgreSQL refuses in an index. It must
+	// be implied by every query's condition that Definition is implied by,
+	// so that the same queries use either.
+	MixedTimestamps string
 }
 
 const (
@@ -86,8 +111,7 @@ var hostObjects = map[int64]HostObjects{
 			{conflicts, "resolution_reason", "text", ""},
 		},
 		Constraints: []Constraint{
-			{outbox, "external_integration_outbox_status_check",
-				"check (status in ('queued', 'processing', 'completed', 'failed', 'uncertain', 'unsupported', 'dead_letter'))"},
+			{outbox, statusCheck, "check (status in (" + quoteLiterals(statuses) + "))"},
 		},
 		Indexes: []Index{
 			// Claim cost stays flat as terminal rows pile up: the claim scans
@@ -198,8 +222,15 @@ var hostObjects = map[int64]HostObjects{
 		Indexes: []Index{
 			{Table: outbox, Name: "external_integration_outbox_walk_idx",
 				Definition: "(organization_id, integration_connection_id, created_at) where status in ('queued', 'failed') and integration_connection_id is not null"},
+			// On a host whose created_at is a timestamp without time zone
+			// and next_attempt_at a timestamptz (or the other way round),
+			// every queued row with a next_attempt_at is in it: the host's
+			// inserts that set next_attempt_at pay for an entry there. The
+			// claim's condition, next_attempt_at > created_at, implies
+			// next_attempt_at is not null, so the claim reads it all the same.
 			{Table: outbox, Name: "external_integration_outbox_entity_order_idx",
-				Definition: "(integration_connection_id, local_entity_id) where local_entity_id is not null and (status in ('failed', 'processing') or (status = 'queued' and next_attempt_at > created_at))"},
+				Definition:      "(integration_connection_id, local_entity_id) where local_entity_id is not null and (status in ('failed', 'processing') or (status = 'queued' and next_attempt_at > created_at))",
+				MixedTimestamps: "(integration_connection_id, local_entity_id) where local_entity_id is not null and (status in ('failed', 'processing') or (status = 'queued' and next_attempt_at is not null))"},
 		},
 		// And a row the host inserts from now on reads updated_at NULL (it
 		// stores 8 bytes less) until a step of ours writes it: the
@@ -210,6 +241,17 @@ var hostObjects = map[int64]HostObjects{
 		Drops: []DroppedIndex{
 			{4, "external_integration_outbox_claim_walk_idx"},
 			{7, "external_integration_outbox_entity_idx"},
+		},
+	},
+	12: {
+		// Commands inserted in one transaction go in the order they were
+		// inserted: integration_outbox_enqueue gives each call a created_at
+		// later than the call before it in the transaction (the enqueue
+		// function of migration 12), and the host's own inserts take the
+		// time of their insert, where created_at's default was the
+		// transaction's start, instead of all the same one.
+		ClockDefaults: []ClockDefault{
+			{Table: outbox, Column: "created_at"},
 		},
 	},
 }
@@ -250,4 +292,13 @@ func upTo(version, target int64) HostObjects {
 		}
 	}
 	return kept
+}
+
+// quoteLiterals is values as a list of SQL string literals.
+func quoteLiterals(values []string) string {
+	quoted := make([]string, len(values))
+	for i, v := range values {
+		quoted[i] = quoteLiteral(v)
+	}
+	return strings.Join(quoted, ", ")
 }

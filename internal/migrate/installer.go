@@ -54,10 +54,11 @@ const ownedObjectsSQL = `
 create table if not exists integration_outbox_owned_objects (
     id bigint generated always as identity primary key,
     migration bigint not null,
-    kind text not null check (kind in ('column', 'constraint', 'index')),
+    kind text not null,
     table_name text not null,
     object_name text not null,
     created_at timestamptz not null default now(),
+    replaced_default text,
     unique (kind, table_name, object_name)
 )`
 
@@ -68,6 +69,9 @@ create table if not exists integration_outbox_owned_objects (
 func (in *Installer) Install(ctx context.Context, version int64, objs HostObjects) error {
 	if _, err := in.conn.Exec(ctx, ownedObjectsSQL); err != nil {
 		return fmt.Errorf("creating integration_outbox_owned_objects: %w", err)
+	}
+	if err := in.recordDefaults(ctx); err != nil {
+		return err
 	}
 	for _, c := range objs.Columns {
 		if err := in.installColumn(ctx, version, c); err != nil {
@@ -87,6 +91,11 @@ func (in *Installer) Install(ctx context.Context, version int64, objs HostObject
 	for _, c := range objs.NullForNewRows {
 		if err := in.nullForNewRows(ctx, c); err != nil {
 			return fmt.Errorf("migration %d: column %s.%s: %w", version, c.Table, c.Name, err)
+		}
+	}
+	for _, d := range objs.ClockDefaults {
+		if err := in.installClockDefault(ctx, version, d); err != nil {
+			return fmt.Errorf("migration %d: default of %s.%s: %w", version, d.Table, d.Column, err)
 		}
 	}
 	// Dropped once what replaces them is built.
@@ -198,6 +207,64 @@ func (in *Installer) RestoreDefaults(ctx context.Context, objs HostObjects) erro
 	return nil
 }
 
+// transactionStart are the defaults ClockDefault replaces, as
+// pg_get_expr prints them: each is the transaction's start.
+var transactionStart = map[string]bool{"now()": true, "CURRENT_TIMESTAMP": true, "transaction_timestamp()": true}
+
+// installClockDefault sets d's default to clock_timestamp() where it is the
+// transaction's start, recording the default it replaces.
+func (in *Installer) installClockDefault(ctx context.Context, version int64, d ClockDefault) error {
+	var def string
+	var owned bool
+	err := in.conn.QueryRow(ctx, `
+		select coalesce((select pg_get_expr(ad.adbin, ad.adrelid) from pg_attribute a
+		        join pg_attrdef ad on ad.adrelid = a.attrelid and ad.adnum = a.attnum
+		        where a.attrelid = to_regclass($1) and a.attname = $2), ''),
+		    exists (select 1 from integration_outbox_owned_objects o
+		            where o.kind = 'default' and o.table_name = $1 and o.object_name = $2)`,
+		d.Table, d.Column).Scan(&def, &owned)
+	if err != nil {
+		return fmt.Errorf("reading the catalog: %w", err)
+	}
+	if owned {
+		return nil
+	}
+	if !transactionStart[def] {
+		in.log.InfoContext(ctx, "leaving the host's default as it is: rows the host inserts in one transaction are ordered as it gives",
+			"table", d.Table, "column", d.Column, "default", def)
+		return nil
+	}
+	stmt := fmt.Sprintf("alter table %s alter column %s set default clock_timestamp()", ident(d.Table), ident(d.Column))
+	return in.brief(ctx, stmt, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+			insert into integration_outbox_owned_objects (migration, kind, table_name, object_name, replaced_default)
+			values ($1, 'default', $2, $3, $4) on conflict (kind, table_name, object_name) do nothing`,
+			version, d.Table, d.Column, def)
+		return err
+	})
+}
+
+// recordDefaults gives integration_outbox_owned_objects (ours) the shape
+// that records a replaced default, where an earlier version created it
+// without: the kind 'default' and the expression it replaced.
+func (in *Installer) recordDefaults(ctx context.Context) error {
+	var ready bool
+	if err := in.conn.QueryRow(ctx, `
+		select exists (select 1 from pg_attribute where attrelid = 'integration_outbox_owned_objects'::regclass
+		               and attname = 'replaced_default' and not attisdropped)`).Scan(&ready); err != nil {
+		return fmt.Errorf("reading the catalog: %w", err)
+	}
+	if ready {
+		return nil
+	}
+	return in.briefExec(ctx, `alter table integration_outbox_owned_objects
+		add column if not exists replaced_default text,
+		drop constraint if exists integration_outbox_owned_objects_kind_check`)
+}
+
 // lookupColumn reads whether table.name is a column recorded as ours, and
 // whether it is NOT NULL and has a default.
 func (in *Installer) lookupColumn(ctx context.Context, table, name string) (owned, notNull, hasDefault bool, err error) {
@@ -277,9 +344,26 @@ func (in *Installer) installConstraint(ctx context.Context, version int64, c Con
 	// autovacuum, which yields to it) without holding writes back.
 	stmt := fmt.Sprintf("alter table %s validate constraint %s", ident(c.Table), ident(c.Name))
 	if err := in.exec(ctx, 0, stmt); err != nil {
-		return fmt.Errorf("%s: %w", stmt, err)
+		if !isCheckViolation(err) {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+		// A row the check refuses (written since the preflight looked):
+		// an unvalidated check would go on refusing the host's writes of
+		// its status, so it goes, and the next run looks again.
+		if c.Name != statusCheck {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+		if _, dropErr := in.dropUnvalidatedStatusCheck(context.WithoutCancel(ctx)); dropErr != nil {
+			return fmt.Errorf("%s: %w (and %w)", stmt, err, dropErr)
+		}
+		return fmt.Errorf("%s: %w; the check was dropped again: run make migrate again to see which rows it refuses", stmt, err)
 	}
 	return nil
+}
+
+func isCheckViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514"
 }
 
 // existingIndex is what the catalog says of a relation with an index's name
@@ -312,12 +396,22 @@ func (in *Installer) lookupIndex(ctx context.Context, ix Index) (*existingIndex,
 }
 
 func (in *Installer) installIndex(ctx context.Context, version int64, ix Index) error {
-	var found bool
-	if err := in.conn.QueryRow(ctx, `select to_regclass($1) is not null`, ix.Table).Scan(&found); err != nil {
+	var found, mixed bool
+	if err := in.conn.QueryRow(ctx, `
+		select to_regclass($1) is not null,
+		    count(distinct a.atttypid) filter (where a.attname in ('created_at', 'next_attempt_at')) > 1
+		from (select 1) one
+		left join pg_attribute a on a.attrelid = to_regclass($1) and a.attnum > 0 and not a.attisdropped`,
+		ix.Table).Scan(&found, &mixed); err != nil {
 		return fmt.Errorf("reading the catalog: %w", err)
 	}
 	if !found {
 		return fmt.Errorf("the host table %s does not exist in the search_path schema", ix.Table)
+	}
+	if mixed && ix.MixedTimestamps != "" {
+		in.log.InfoContext(ctx, "created_at and next_attempt_at differ in type: the index takes its form for such a table",
+			"index", ix.Name, "definition", ix.MixedTimestamps)
+		ix.Definition = ix.MixedTimestamps
 	}
 	e, err := in.lookupIndex(ctx, ix)
 	if err != nil {
@@ -476,6 +570,8 @@ func (in *Installer) DropOwned(ctx context.Context, version int64) error {
 			case "constraint":
 				stmt := fmt.Sprintf("alter table %s drop constraint if exists %s", ident(o.table), ident(o.name))
 				err = in.briefExec(ctx, stmt)
+			case "default":
+				err = in.restoreDefault(ctx, o.table, o.name)
 			case "column":
 				// A catalog change only: the column's data stays in the
 				// rows until they are next written.
@@ -491,6 +587,26 @@ func (in *Installer) DropOwned(ctx context.Context, version int64) error {
 		}
 	}
 	return nil
+}
+
+// restoreDefault puts back the default a ClockDefault replaced, where the
+// column's default is still ours.
+func (in *Installer) restoreDefault(ctx context.Context, table, column string) error {
+	var current, replaced string
+	err := in.conn.QueryRow(ctx, `
+		select coalesce((select pg_get_expr(ad.adbin, ad.adrelid) from pg_attribute a
+		        join pg_attrdef ad on ad.adrelid = a.attrelid and ad.adnum = a.attnum
+		        where a.attrelid = to_regclass($1) and a.attname = $2), ''),
+		    coalesce((select o.replaced_default from integration_outbox_owned_objects o
+		              where o.kind = 'default' and o.table_name = $1 and o.object_name = $2), '')`,
+		table, column).Scan(&current, &replaced)
+	if err != nil {
+		return fmt.Errorf("reading the catalog: %w", err)
+	}
+	if current != "clock_timestamp()" || !transactionStart[replaced] {
+		return nil // the host changed it since: it stays the host's
+	}
+	return in.briefExec(ctx, fmt.Sprintf("alter table %s alter column %s set default %s", ident(table), ident(column), replaced))
 }
 
 func record(ctx context.Context, tx pgx.Tx, version int64, kind, table, name string) error {

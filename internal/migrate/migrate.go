@@ -24,6 +24,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -172,6 +173,36 @@ type session struct {
 // runLockKey ("io_migra" in ASCII) makes concurrent runs wait for each other.
 const runLockKey = 0x696f5f6d69677261
 
+// runLockPoll is how often a run waiting for another one tries the lock.
+const runLockPoll = 250 * time.Millisecond
+
+// waitForRunLock takes the run lock (held by conn's session until it
+// closes), waiting for another run to end. It never waits inside a
+// statement: a backend blocked in pg_advisory_lock holds a snapshot, which
+// the other run's CREATE INDEX CONCURRENTLY waits for in turn (a deadlock
+// PostgreSQL ends by failing one of them). Each try is a statement of its
+// own that ends at once, and the wait between tries holds nothing.
+func waitForRunLock(ctx context.Context, conn *pgx.Conn, log *slog.Logger) error {
+	for logged := false; ; {
+		var got bool
+		if err := conn.QueryRow(ctx, "select pg_try_advisory_lock($1)", int64(runLockKey)).Scan(&got); err != nil {
+			return fmt.Errorf("taking the migration run lock: %w", err)
+		}
+		if got {
+			return nil
+		}
+		if !logged {
+			log.InfoContext(ctx, "another make migrate is running on this database: waiting for it to end")
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for another migration run: %w", ctx.Err())
+		case <-time.After(runLockPoll):
+		}
+	}
+}
+
 func run(ctx context.Context, databaseURL string, cfg Config, up bool, fn func(session) error) error {
 	log := cfg.Log
 	if log == nil {
@@ -196,10 +227,14 @@ func run(ctx context.Context, databaseURL string, cfg Config, up bool, fn func(s
 		where current_setting('server_version_num')::int >= 140000`); err != nil {
 		return fmt.Errorf("configuring the session: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "select pg_advisory_lock($1)", int64(runLockKey)); err != nil {
-		return fmt.Errorf("waiting for another migration run: %w", err)
+	if err := waitForRunLock(ctx, conn, log); err != nil {
+		return err
 	}
+	installer := NewInstaller(conn, log, cfg.Installer)
 	if up {
+		if err := installer.preflight(ctx); err != nil {
+			return fmt.Errorf("before migrating: %w", err)
+		}
 		if err := createHostStandIn(ctx, db); err != nil {
 			return err
 		}
@@ -208,7 +243,7 @@ func run(ctx context.Context, databaseURL string, cfg Config, up bool, fn func(s
 	if err != nil {
 		return err
 	}
-	s := session{provider: p, conn: conn, installer: NewInstaller(conn, log, cfg.Installer), log: log}
+	s := session{provider: p, conn: conn, installer: installer, log: log}
 	if err := fn(s); err != nil {
 		return fmt.Errorf("applying migrations: %w", err)
 	}
@@ -222,7 +257,7 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 		return nil, fmt.Errorf("creating migration lock: %w", err)
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS,
-		goose.WithTableName(VersionTable), goose.WithSessionLocker(locker),
+		goose.WithTableName(VersionTable), goose.WithSessionLocker(locker), goose.WithGoMigrations(migrations.Go...),
 		goose.WithDisableGlobalRegistry(true), goose.WithLogger(goose.NopLogger()))
 	if err != nil {
 		return nil, fmt.Errorf("loading migrations: %w", err)

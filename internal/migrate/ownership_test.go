@@ -146,7 +146,7 @@ func migrationCount(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(files)
+	return len(files) + len(migrations.Go)
 }
 
 func downToZero(ctx context.Context, t *testing.T, url string, conn *pgx.Conn) {
@@ -193,6 +193,11 @@ func TestHostRowsAndColumnsSurviveUpDownUp(t *testing.T) {
 			t.Errorf("up changed %s rows:\n got %s\nwant %s", table, afterUp.rows[table], before.rows[table])
 		}
 		for _, c := range hostColumns[table] {
+			if table == "external_integration_outbox" && c.name == "created_at" && c.defaultExpr == "now()" {
+				// The one change up makes to a host column: its default, now(),
+				// becomes the time of the insert (migration 12).
+				c.defaultExpr = "clock_timestamp()"
+			}
 			if !slices.Contains(afterUp.columns[table], c) {
 				t.Errorf("up changed the host's column %s.%s (%+v)", table, c.name, c)
 			}

@@ -1,0 +1,141 @@
+-- integration_outbox_enqueue, the producers' way into the outbox
+-- (docs/producers.md): the one definition of the function from migration 12
+-- on. A migration that changes the function changes this file and applies it
+-- (migrations/00012_enqueue_in_call_order.go shows how); its down step puts
+-- back the definition before it. Since migration 12, the commands enqueued in
+-- one transaction read created_at in the order of the calls.
+create or replace function integration_outbox_enqueue(
+    organization_id uuid,
+    integration_connection_id uuid,
+    command_type text,
+    local_entity_type text,
+    local_entity_id uuid,
+    payload_json jsonb,
+    idempotency_key text
+) returns uuid
+language plpgsql
+volatile
+-- Tables resolve in the schema the migrations ran in, whatever the caller's
+-- search_path.
+set search_path from current
+as $fn$
+#variable_conflict use_column
+declare
+    -- The parameters keep the outbox's column names (so callers can use named
+    -- notation); inside, unqualified names are columns and these are the values.
+    p_organization_id alias for $1;
+    p_connection_id alias for $2;
+    p_command_type alias for $3;
+    p_entity_type alias for $4;
+    p_entity_id alias for $5;
+    p_payload alias for $6;
+    p_key alias for $7;
+    v_provider text;
+    v_id uuid;
+    v_created_at timestamptz;
+    v_previous text;
+begin
+    if p_organization_id is null then
+        raise exception 'integration_outbox_enqueue: organization_id must not be null'
+            using errcode = 'null_value_not_allowed', column = 'organization_id';
+    elsif p_connection_id is null then
+        raise exception 'integration_outbox_enqueue: integration_connection_id must not be null'
+            using errcode = 'null_value_not_allowed', column = 'integration_connection_id';
+    elsif p_command_type is null then
+        raise exception 'integration_outbox_enqueue: command_type must not be null'
+            using errcode = 'null_value_not_allowed', column = 'command_type';
+    elsif p_entity_type is null then
+        raise exception 'integration_outbox_enqueue: local_entity_type must not be null'
+            using errcode = 'null_value_not_allowed', column = 'local_entity_type';
+    elsif p_entity_id is null then
+        raise exception 'integration_outbox_enqueue: local_entity_id must not be null'
+            using errcode = 'null_value_not_allowed', column = 'local_entity_id';
+    elsif p_payload is null then
+        raise exception 'integration_outbox_enqueue: payload_json must not be null'
+            using errcode = 'null_value_not_allowed', column = 'payload_json';
+    elsif p_key is null then
+        raise exception 'integration_outbox_enqueue: idempotency_key must not be null'
+            using errcode = 'null_value_not_allowed', column = 'idempotency_key';
+    end if;
+
+    if btrim(p_command_type) = '' then
+        raise exception 'integration_outbox_enqueue: command_type must not be blank'
+            using errcode = 'invalid_parameter_value', column = 'command_type';
+    elsif btrim(p_entity_type) = '' then
+        raise exception 'integration_outbox_enqueue: local_entity_type must not be blank'
+            using errcode = 'invalid_parameter_value', column = 'local_entity_type';
+    elsif jsonb_typeof(p_payload) <> 'object' then
+        raise exception 'integration_outbox_enqueue: payload_json must be a JSON object, got a JSON %',
+                jsonb_typeof(p_payload)
+            using errcode = 'invalid_parameter_value', column = 'payload_json';
+    -- The worker's rule for a key it can send as an HTTP header value
+    -- (Idempotency-Key, webhook-id): internal/push checkIdempotencyKey.
+    elsif p_key = '' then
+        raise exception 'integration_outbox_enqueue: idempotency_key must not be empty'
+            using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+    elsif octet_length(p_key) > 255 then
+        raise exception 'integration_outbox_enqueue: idempotency_key is % bytes, at most 255 can be sent',
+                octet_length(p_key)
+            using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+    elsif p_key ~ '^[ \t]' or p_key ~ '[ \t]$' then
+        raise exception 'integration_outbox_enqueue: idempotency_key has leading or trailing white space, which cannot be sent as a header value'
+            using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+    elsif p_key ~ '[\x01-\x08\x0a-\x1f\x7f]' then
+        raise exception 'integration_outbox_enqueue: idempotency_key contains a control character, which cannot be sent as a header value'
+            using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+    end if;
+
+    -- A missing connection and another organization's read the same, so the
+    -- error tells nothing about other tenants.
+    select c.provider into v_provider
+    from integration_connections c
+    where c.id = p_connection_id and c.organization_id = p_organization_id;
+    if not found then
+        raise exception 'integration_outbox_enqueue: integration_connection_id % is not a connection of organization %',
+                p_connection_id, p_organization_id
+            using errcode = 'foreign_key_violation', column = 'integration_connection_id';
+    end if;
+
+    -- Most keys are new. Probe only the host's own keyed rows first (their
+    -- index, with a plan cached in the function), then insert: the unique
+    -- index answers for the keys this function inserted before. Only a key
+    -- the host's rows carry, or a repeated one, costs the full look-up.
+    perform 1 from external_integration_outbox o
+    where o.organization_id = p_organization_id and o.idempotency_key = p_key
+      and not o.idempotency_enforced and o.idempotency_key is not null;
+    if found then
+        return integration_outbox_enqueue_existing(p_organization_id, p_key);
+    end if;
+
+    -- Commands enqueued in one transaction keep the order of the calls:
+    -- each takes the time of the call, and never one at or before the
+    -- previous call's in this transaction (now() is the same for every call
+    -- of a transaction, and a random id would break the tie).
+    v_created_at := clock_timestamp();
+    v_previous := nullif(current_setting('integration_outbox.enqueued_at', true), '');
+    if v_previous is not null and v_created_at <= v_previous::timestamptz then
+        v_created_at := v_previous::timestamptz + interval '1 microsecond';
+    end if;
+    perform set_config('integration_outbox.enqueued_at', v_created_at::text, true);
+
+    -- A concurrent call with the same key waits here on the unique index until
+    -- the first transaction ends: after a commit it inserts nothing (and, under
+    -- REPEATABLE READ or SERIALIZABLE, whose snapshot cannot see that row,
+    -- PostgreSQL raises serialization_failure 40001: retry the transaction);
+    -- after a rollback it inserts.
+    insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+        local_entity_type, local_entity_id, payload_json, idempotency_key, idempotency_enforced,
+        status, attempt_count, next_attempt_at, created_at)
+    values (p_organization_id, p_connection_id, v_provider, p_command_type,
+        p_entity_type, p_entity_id, p_payload, p_key, true,
+        'queued', 0, now(), v_created_at)
+    on conflict (organization_id, idempotency_key) where idempotency_enforced do nothing
+    returning id into v_id;
+    if v_id is null then
+        -- A new statement, so a new snapshot under READ COMMITTED: it sees the
+        -- row the other transaction committed.
+        v_id := integration_outbox_enqueue_existing(p_organization_id, p_key);
+    end if;
+    return v_id;
+end
+$fn$;
