@@ -476,3 +476,87 @@ func TestHostTablesFurtherAlongTheSearchPathAreTheOnesUsed(t *testing.T) {
 		}
 	})
 }
+
+// The live install over a host schema as found in the field, while the host
+// inserts without pause: its tables in public behind our schema on the
+// search_path, a timestamp created_at, a row with a status of its own, and
+// two installs at once. The first install refuses the foreign status before
+// changing anything; once the row is moved, both runs complete; no host
+// insert waits a second at any point.
+func TestLiveInstallOverAHostSchemaAsFoundInTheField(t *testing.T) {
+	t.Parallel()
+	want := latestVersion(t)
+	ctx := context.Background()
+	url, conn := freshDB(t)
+	table := strings.Replace(seedOutboxTable("public.external_integration_outbox"),
+		"created_at timestamptz not null default now()", "created_at timestamp without time zone not null default now()", 1)
+	if _, err := conn.Exec(ctx, `create schema integration;`+table+`
+		insert into public.external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+			local_entity_type, local_entity_id, idempotency_key, status, attempt_count, created_at)
+		select ('00000000-0000-4000-8000-' || lpad((g % 50)::text, 12, '0'))::uuid, gen_random_uuid(), 'webhook',
+			'push_purchase_order', 'purchase_order', gen_random_uuid(), 'key-' || g,
+			(array['completed', 'completed', 'completed', 'queued', 'failed', 'cancelled'])[1 + g % 6], g % 3,
+			localtimestamp - make_interval(secs => 50000 - g)
+		from generate_series(1, 50000) g;
+		analyze public.external_integration_outbox;`); err != nil {
+		t.Fatal(err)
+	}
+	pathURL := url + "&search_path=integration,public"
+
+	stop := startHostInserter(t, pathURL)
+	err := migrate.Up(ctx, pathURL)
+	h := stop()
+	if err == nil || !strings.Contains(err.Error(), "'cancelled'") {
+		t.Fatalf("the install over a foreign status: %v", err)
+	}
+	if h.err != nil || h.inserted == 0 {
+		t.Errorf("the host's inserts during the refused install: %d, %v", h.inserted, h.err)
+	}
+	if hasColumn(t, conn, "public", "external_integration_outbox", "claim_token") {
+		t.Error("the refused install changed the host's outbox")
+	}
+
+	if _, err := conn.Exec(ctx, `update public.external_integration_outbox set status = 'completed' where status = 'cancelled'`); err != nil {
+		t.Fatal(err)
+	}
+	stop = startHostInserter(t, pathURL)
+	time.Sleep(50 * time.Millisecond)
+	waitLong := holdHostTransaction(t, pathURL, 1500*time.Millisecond)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = migrate.Up(ctx, pathURL)
+		}()
+	}
+	wg.Wait()
+	waitLong()
+	h = stop()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("install %d: %v", i+1, err)
+		}
+	}
+	if h.err != nil {
+		t.Errorf("a host insert failed (a lock wait of %v or more fails it): %v", maxHostWait, h.err)
+	}
+	if h.inserted < 10 {
+		t.Errorf("only %d host inserts ran during the installs", h.inserted)
+	}
+	if v, err := migrate.CurrentVersion(ctx, pathURL); err != nil || v != want {
+		t.Errorf("the schema is at %d (%v), want %d", v, err, want)
+	}
+	var ours, invalid, copies int
+	if err := conn.QueryRow(ctx, `
+		select count(*) filter (where c.relname like 'external_integration_outbox_%_idx'), count(*) filter (where not i.indisvalid),
+		    (select count(*) from pg_tables where schemaname = 'integration' and tablename like 'external_%')
+		from pg_index i join pg_class c on c.oid = i.indexrelid
+		where i.indrelid = 'public.external_integration_outbox'::regclass`).Scan(&ours, &invalid, &copies); err != nil {
+		t.Fatal(err)
+	}
+	if ours < 8 || invalid != 0 || copies != 0 {
+		t.Errorf("on the host's outbox: %d indexes of ours (want 8 or more), %d INVALID; %d host tables copied into integration", ours, invalid, copies)
+	}
+}
