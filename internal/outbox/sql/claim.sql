@@ -24,7 +24,10 @@
 -- Per-entity order: on a connection whose config_json.ordered is not false, a
 -- row is claimed only when no other row of its (connection, entity type,
 -- entity) is in flight (processing, accepted rows included) and none older
--- waits (queued, failed): one at a time, oldest created_at first. The rows the
+-- waits (queued, failed): one at a time, oldest created_at first. An
+-- accepted row's follow-up waits only for a row under a live lease or an
+-- older accepted one (entity_free): of two accepted rows of an entity the
+-- older goes first. The rows the
 -- walk may pass by (failed, queued but due later, processing) are probed in
 -- the entity order index (entity_head); a queued row due from the start,
 -- which the host's inserts keep out of every index but the walk's, is met by
