@@ -79,12 +79,12 @@ func main() {
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
 	flag.IntVar(&o.churnFill, "churn-fillfactor", 0, "also run ours with the outbox's fillfactor set to this (a lever; 0: not run)")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling) or "batch" (our pipeline at push batches of 10 and 100); the table goes to stdout, and to -out only when given`)
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity) or "batch" (our pipeline at push batches of 10 and 100); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
-	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" && o.only != "churn" && o.only != "claim" && o.only != "batch" {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim" and "batch" are the measurements that run alone`)
+	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" && o.only != "churn" && o.only != "claim" && o.only != "batch" && o.only != "followers" {
+		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers" and "batch" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -247,6 +247,18 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	if o.only == "claim" {
 		step("claim scaling", func() (err error) { r.Claim, err = measureClaims(ctx, log, env, o.claimSizes, o.claimRuns); return })
 	}
+	followers := func() {
+		step("claim with a blocked backlog", func() error {
+			f, err := measureFollowers(ctx, log, env, o.claimRuns)
+			if err == nil {
+				r.Followers = &f
+			}
+			return err
+		})
+	}
+	if o.only == "followers" {
+		followers()
+	}
 	if o.only != "" {
 		return finish(ctx, log, r, o, began, failed)
 	}
@@ -256,6 +268,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 		r.Visibility, err = measureVisibility(ctx, log, env, o.fairSizes[len(o.fairSizes)-1], o.claimRuns)
 		return
 	})
+	followers()
 	if o.overloadRows > 0 {
 		step("overload scenarios", func() (err error) {
 			r.Overload, err = measureOverload(ctx, log, env, o.overloadRows, o.overloadScale)

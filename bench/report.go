@@ -27,6 +27,7 @@ type report struct {
 	Memory     lambdaMemory
 	Fair       []fairClaimSize
 	Visibility []visibilityClaim
+	Followers  *followersClaim
 	Overload   []overloadRun
 	Install    []installRun
 	WAL        []walRun
@@ -323,6 +324,7 @@ func (r *report) markdown() string {
 	b.WriteString(walMarkdown(r.WAL))
 	b.WriteString(overloadMarkdown(r.Overload, r.Fair))
 	b.WriteString(visibilityMarkdown(r.Visibility))
+	b.WriteString(followersMarkdown(r.Followers))
 	b.WriteString(churnMarkdown(r.Churn))
 	b.WriteString(batchLeverMarkdown(r.BatchLever))
 	return b.String()

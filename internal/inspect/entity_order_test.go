@@ -80,3 +80,35 @@ func TestInspectShowsWhatACommandWaitsBehindAndEntitiesWaiting(t *testing.T) {
 		t.Errorf("another organization's stuck view: %+v, %v", other.Stuck.EntitiesWaiting, err)
 	}
 }
+
+// Of two accepted commands of one entity the newer one's follow-up waits
+// behind the older one, which waits behind nothing; a queued command waits
+// behind the older accepted one, the first in flight.
+func TestInspectShowsWhatAnAcceptedCommandWaitsBehind(t *testing.T) {
+	t.Parallel()
+	f := pg.NewDB(t)
+	ctx := context.Background()
+	org := f.NewID(t)
+	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org})
+	po := f.PurchaseOrder(t, org, "", 1)
+	base := time.Now().Add(-time.Hour)
+	var ids []string
+	for n := range 3 {
+		ids = append(ids, f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po,
+			CreatedAt: base.Add(time.Duration(n) * time.Second)}))
+	}
+	if _, err := f.Pool.Exec(ctx, `update external_integration_outbox set status = 'processing', provider_status = 'accepted',
+		next_attempt_at = now() + interval '1 hour', attempt_count = 1 where id = any($1::text[]::uuid[])`, ids[:2]); err != nil {
+		t.Fatal(err)
+	}
+	i := New(f.Pool, Config{Logger: slog.New(slog.DiscardHandler)})
+	for n, want := range []string{"", ids[0], ids[0]} {
+		r, err := i.Handle(ctx, json.RawMessage(`{"organizationId":"`+org+`","outboxId":"`+ids[n]+`"}`))
+		if err != nil || !r.Found {
+			t.Fatalf("inspect %s: %+v, %v", ids[n], r, err)
+		}
+		if r.WaitingBehind != want {
+			t.Errorf("command %d: waiting behind %q, want %q", n, r.WaitingBehind, want)
+		}
+	}
+}

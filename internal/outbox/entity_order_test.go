@@ -306,3 +306,107 @@ func TestOrderHoldsForRowsOutsideTheEntityOrderIndex(t *testing.T) {
 		t.Fatalf("once due: claimed %+v, want the scheduled command alone, with a follower (%s)", b.Claims, next)
 	}
 }
+
+// accept marks commands as the provider accepted them (the old worker's
+// pushes, say): processing with a provider status, no lease, the
+// follow-up due.
+func accept(t *testing.T, f *testenv.Fixture, ids ...string) {
+	t.Helper()
+	if _, err := f.Pool.Exec(context.Background(), `update external_integration_outbox
+		set status = 'processing', provider_status = 'accepted', lease_expires_at = null,
+			next_attempt_at = now() - interval '1 second', attempt_count = 1
+		where id = any($1::text[]::uuid[])`, ids); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claimInTurn claims one command after the other, each alone, and
+// completes it.
+func claimInTurn(t *testing.T, s *outbox.Store, p outbox.ClaimParams, want ...string) {
+	t.Helper()
+	for step, id := range want {
+		b := claimBatch(t, s, p)
+		if len(b.Claims) != 1 || b.Claims[0].ID != id {
+			t.Fatalf("step %d: claimed %+v, want %s alone", step, b.Claims, id)
+		}
+		finish(t, s, b.Claims, outbox.StatusCompleted, "")
+	}
+	if b := claimBatch(t, s, p); len(b.Claims) != 0 {
+		t.Fatalf("claimed %+v after every command ended", b.Claims)
+	}
+}
+
+// Two accepted commands of one entity (the old worker pushed an order twice
+// and got a 202 both times) do not hold each other: the older is followed
+// up first, then the newer, then the entity's commands queued behind them.
+func TestTwoAcceptedCommandsOfOneEntityAreFollowedUpOldestFirst(t *testing.T) {
+	t.Parallel()
+	f := pg.NewDB(t)
+	org := f.NewID(t)
+	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org})
+	ids := entityCommands(t, f, org, conn, 3, time.Now().Add(-time.Hour))
+	accept(t, f, ids[0], ids[1])
+	claimInTurn(t, outbox.NewStore(f.Pool), outbox.ClaimParams{Limit: 10, MaxAttempts: 10, Lease: time.Minute}, ids...)
+}
+
+// A connection that kept no order while two commands of one entity were
+// accepted, and keeps it again: their follow-ups go oldest first, one at a
+// time, then the entity's queued command.
+func TestAcceptedCommandsOfAConnectionOrderedAgainAreFollowedUpOldestFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := pg.NewDB(t)
+	org := f.NewID(t)
+	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Config: map[string]any{"ordered": false}})
+	base := time.Now().Add(-time.Hour)
+	po := f.PurchaseOrder(t, org, "", 1)
+	var ids []string
+	for i := range 2 {
+		ids = append(ids, f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po,
+			CreatedAt: base.Add(time.Duration(i) * time.Second)}))
+	}
+	s := outbox.NewStore(f.Pool)
+	p := outbox.ClaimParams{Limit: 10, MaxAttempts: 10, Lease: time.Minute}
+	both := claimBatch(t, s, p).Claims
+	if len(both) != 2 {
+		t.Fatalf("unordered: claimed %+v, want both commands of the entity", both)
+	}
+	finish(t, s, both, outbox.StatusProcessing, "") // accepted, follow-up in an hour
+	ids = append(ids, f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, EntityID: po,
+		CreatedAt: base.Add(2 * time.Second)}))
+	if _, err := f.Pool.Exec(ctx, `update integration_connections set config_json = config_json - 'ordered' where id = $1`, conn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Pool.Exec(ctx, `update external_integration_outbox set next_attempt_at = now() - interval '1 second'
+		where id = any($1::text[]::uuid[])`, ids[:2]); err != nil {
+		t.Fatal(err)
+	}
+	claimInTurn(t, s, p, ids...)
+}
+
+// An older command whose lease expired and a newer accepted one of the same
+// entity do not hold each other either: both go, one at a time.
+func TestExpiredOlderCommandAndNewerAcceptedOneGoOneAtATime(t *testing.T) {
+	t.Parallel()
+	f := pg.NewDB(t)
+	org := f.NewID(t)
+	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org})
+	ids := entityCommands(t, f, org, conn, 2, time.Now().Add(-time.Hour))
+	if _, err := f.Pool.Exec(context.Background(), `update external_integration_outbox set status = 'processing',
+		claim_token = gen_random_uuid(), lease_expires_at = now() - interval '1 minute', attempt_count = 1
+		where id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	accept(t, f, ids[1])
+	s := outbox.NewStore(f.Pool)
+	p := outbox.ClaimParams{Limit: 10, MaxAttempts: 10, Lease: time.Minute}
+	seen := map[string]bool{}
+	for step := range 2 {
+		b := claimBatch(t, s, p)
+		if len(b.Claims) != 1 || seen[b.Claims[0].ID] {
+			t.Fatalf("step %d: claimed %+v, want one command of the entity not claimed yet", step, b.Claims)
+		}
+		seen[b.Claims[0].ID] = true
+		finish(t, s, b.Claims, outbox.StatusCompleted, "")
+	}
+}

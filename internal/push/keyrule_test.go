@@ -32,6 +32,8 @@ func TestEnqueueKeyRuleIsTheWorkers(t *testing.T) {
 		"trailing tab":             "po-1\t",
 		"inner space":              "po 1",
 		"inner tab":                "po\t1",
+		"inner vertical tab":       "po\v1",
+		"inner form feed":          "po\f1",
 		"trailing newline":         "po-1\n",
 		"CRLF header injection":    "po-1\r\nX-Injected: 1",
 		"bell":                     "po\a1",
@@ -46,10 +48,20 @@ func TestEnqueueKeyRuleIsTheWorkers(t *testing.T) {
 		"C1 control (UTF-8 bytes)": "po\u00851",
 		"no-break space edge":      "\u00a0po-1\u00a0",
 	}
+	// The white space docs/producers.md says the rule accepts (true) and
+	// refuses (false).
+	documented := map[string]bool{
+		"inner space": true, "inner tab": true, "no-break space edge": true,
+		"blank": false, "leading space": false, "trailing space": false, "leading tab": false, "trailing tab": false,
+		"inner vertical tab": false, "inner form feed": false, "trailing newline": false,
+	}
 	ctx := context.Background()
 	refused := 0
 	for name, key := range keys {
 		goErr := push.CheckIdempotencyKey(key)
+		if want, ok := documented[name]; ok && (goErr == nil) != want {
+			t.Errorf("%s: the worker accepts %q: %v, the producers' guide says %v", name, key, goErr == nil, want)
+		}
 		var id string
 		sqlErr := f.Pool.QueryRow(ctx, `select integration_outbox_enqueue($1, $2, 'push_purchase_order',
 			'purchase_order', $3, '{}'::jsonb, $4)::text`, org, conn, po, key).Scan(&id)

@@ -108,9 +108,11 @@ type Detail struct {
 	Conflicts []Conflict
 	// History is the reruns that requeued or skipped the row, oldest first.
 	History []RerunEntry
-	// WaitingBehind is the command that holds the row back under
-	// per-entity order: another command of its connection and entity in
-	// flight, or an older one still waiting. Empty when nothing does.
+	// WaitingBehind is the command that holds the row (queued, failed, or
+	// accepted awaiting its follow-up) back under per-entity order: another
+	// command of its connection and entity in flight (for an accepted row:
+	// leased, or accepted and older), or an older one still waiting. Empty
+	// when nothing does.
 	WaitingBehind string
 }
 

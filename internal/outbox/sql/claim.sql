@@ -12,7 +12,12 @@
 -- The due rows come from a skip scan over the (organization, connection)
 -- pairs of the walk index (walk_idx), in rotation order; it stops once it has as
 -- many organizations with a claimable row as the claim may take, so a claim
--- costs O(batch) index probes however many rows and tenants wait.
+-- costs O(batch) index probes however many rows and tenants wait, plus, in
+-- a walked pair, a row read and an entity_head probe for each due row that
+-- per-entity order holds back ahead of the pair's first claimable one (the
+-- walk index does not hold the entity). Those are read once: the pair's
+-- probe (pair_eligibility) returns the created_at of its first claimable row
+-- (first_at), and its due rows are read from there.
 --
 -- Limits: at most @max_in_flight leased rows across all organizations (0:
 -- none), at most the connection's config_json.maxInFlight, else
@@ -24,7 +29,10 @@
 -- Per-entity order: on a connection whose config_json.ordered is not false, a
 -- row is claimed only when no other row of its (connection, entity type,
 -- entity) is in flight (processing, accepted rows included) and none older
--- waits (queued, failed): one at a time, oldest created_at first. The rows the
+-- waits (queued, failed): one at a time, oldest created_at first. An
+-- accepted row's follow-up waits only for a row under a live lease or an
+-- older accepted one (entity_free): of two accepted rows of an entity the
+-- older goes first. The rows the
 -- walk may pass by (failed, queued but due later, processing) are probed in
 -- the entity order index (entity_head); a queued row due from the start,
 -- which the host's inserts keep out of every index but the walk's, is met by
@@ -65,8 +73,8 @@ with recursive budget as (
         else @claim_limit::int end as room
 ), circuit_reset as (
     delete from integration_outbox_connection_health where not @circuit_on::bool
-), walk(org, conn, lap, room, probe, ordered, ok, held, org_ok, found) as (
-    select p.org, p.conn, p.lap, e.room, e.probe, e.ordered, e.ok, e.held, e.ok, e.ok::int
+), walk(org, conn, lap, room, probe, ordered, ok, held, org_ok, found, first_at) as (
+    select p.org, p.conn, p.lap, e.room, e.probe, e.ordered, e.ok, e.held, e.ok, e.ok::int, e.first_at
     from (
         select * from (
             (select o.organization_id as org, o.integration_connection_id as conn, 0 as lap
@@ -90,7 +98,7 @@ with recursive budget as (
   union all
     select p.org, p.conn, p.lap, e.room, e.probe, e.ordered, e.ok, e.held,
         e.ok or (p.org = w.org and w.org_ok),
-        w.found + case when e.ok and not (p.org = w.org and w.org_ok) then 1 else 0 end
+        w.found + case when e.ok and not (p.org = w.org and w.org_ok) then 1 else 0 end, e.first_at
     from walk w
     cross join lateral (
         select * from (
@@ -129,6 +137,7 @@ with recursive budget as (
         select d.id, d.organization_id, d.integration_connection_id, d.created_at, d.local_entity_type, d.local_entity_id
         from external_integration_outbox d
         where d.organization_id = w.org and d.integration_connection_id = w.conn
+          and d.created_at >= w.first_at
           and d.status in ('queued', 'failed')
           and coalesce(d.next_attempt_at, now()) <= now()
           and d.attempt_count < @max_attempts

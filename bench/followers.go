@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// followersBacklog is the number of queued commands of one entity behind its
+// in-flight head in the followers measurement.
+const followersBacklog = 10_000
+
+// followersRows is the size of the fair load the followers measurement adds
+// them to.
+const followersRows = 40_000
+
+// followersClaim is the fair, capped claim with and without a backlog of
+// blocked commands of one entity.
+type followersClaim struct {
+	Rows, Followers int
+	// Without and With are the measured claim durations without the
+	// followers (the head alone in flight) and with them.
+	Without, With []time.Duration
+	// Server is the claim statement's server side over the measured
+	// claims (pg_stat_statements), without the followers and with them.
+	Server [2]claimServer
+}
+
+// claimServer is what the claim statement cost the server per call.
+type claimServer struct {
+	Calls int64
+	// ExecMs is the mean execution time; Hits the mean shared buffers
+	// hit (or read), which the machine's load does not change.
+	ExecMs, Hits float64
+}
+
+func (f followersClaim) ratio() float64 {
+	return float64(median(f.With)) / float64(median(f.Without))
+}
+
+// readClaimServer reads the claim statement's pg_stat_statements entry of
+// conn's database.
+func readClaimServer(ctx context.Context, conn *pgx.Conn) (claimServer, error) {
+	var s claimServer
+	err := conn.QueryRow(ctx, `
+		select coalesce(sum(s.calls), 0)::bigint,
+		    coalesce(sum(s.total_exec_time) / nullif(sum(s.calls), 0), 0),
+		    coalesce(sum(s.shared_blks_hit + s.shared_blks_read)::float8 / nullif(sum(s.calls), 0), 0)
+		from pg_stat_statements s join pg_database d on d.oid = s.dbid
+		where d.datname = current_database() and s.toplevel and s.query like '%with recursive budget%'`).Scan(&s.Calls, &s.ExecMs, &s.Hits)
+	if err != nil {
+		return s, fmt.Errorf("reading the claim's pg_stat_statements entry: %w", err)
+	}
+	return s, nil
+}
+
+// loadFollowers adds, on the connection of the smallest organization whose
+// circuit is closed (the first the claim's walk reads from the zeroed
+// rotation), one command of a purchase order in flight (processing under a
+// live lease) and followers queued commands of that purchase order behind
+// it, all older than the fair load's due rows, so the walk reads the pair's
+// blocked commands before its ordinary ones. It returns that organization.
+func loadFollowers(ctx context.Context, conn *pgx.Conn, followers int) (string, error) {
+	var org string
+	err := conn.QueryRow(ctx, `
+		with c as (
+		    select c.id, c.organization_id from integration_connections c
+		    where not exists (select 1 from integration_outbox_connection_health h where h.connection_id = c.id)
+		    order by c.organization_id limit 1
+		), po as (select gen_random_uuid() as id), ins as (
+		    insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+		        local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count,
+		        lease_expires_at, claim_token, created_at, updated_at)
+		    select c.organization_id, c.id, 'sandbox', 'push_purchase_order', 'purchase_order', po.id,
+		        '{"externalSupplierId": "SUP-1"}', 'idem-follower-' || g,
+		        case when g = 0 then 'processing' else 'queued' end,
+		        case when g = 0 then 1 else 0 end,
+		        case when g = 0 then now() + interval '15 minutes' end,
+		        case when g = 0 then gen_random_uuid() end,
+		        t.ts, t.ts
+		    from generate_series(0, $1::int) g
+		    cross join c cross join po
+		    cross join lateral (select now() - interval '2 days' + make_interval(secs => g * 0.1) as ts) t
+		    returning organization_id
+		)
+		select organization_id::text from ins limit 1`, followers).Scan(&org)
+	if err != nil {
+		return "", fmt.Errorf("loading %d followers: %w", followers, err)
+	}
+	return org, nil
+}
+
+// measureFollowers measures the fair, capped claim (as measureFairClaims) on
+// two databases of the same fair load of followersRows rows: one with an
+// in-flight command of one purchase order and followersBacklog queued
+// commands of it behind, one with the in-flight command alone. Every claim
+// starts its rotation at the zero organization, so each one walks the pair
+// that holds the backlog. The databases take turns claim by claim.
+func measureFollowers(ctx context.Context, log *slog.Logger, env *benchEnv, runs int) (res followersClaim, err error) {
+	res = followersClaim{Rows: followersRows, Followers: followersBacklog}
+	var conns []*pgx.Conn
+	defer func() {
+		for _, c := range conns {
+			url := c.Config().ConnString()
+			c.Close(context.WithoutCancel(ctx))
+			err = errors.Join(err, env.dropDatabase(context.WithoutCancel(ctx), url))
+		}
+	}()
+	for _, followers := range []int{0, followersBacklog} {
+		url, err := env.pg.MigratedDatabase(ctx)
+		if err != nil {
+			return res, err
+		}
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return res, errors.Join(err, env.dropDatabase(ctx, url))
+		}
+		conns = append(conns, conn)
+		if err := loadFairOutbox(ctx, conn, followersRows, false); err != nil {
+			return res, err
+		}
+		if _, err := loadFollowers(ctx, conn, followers); err != nil {
+			return res, err
+		}
+		if err := settle(ctx, log, conn, fairClaimTables); err != nil {
+			return res, fmt.Errorf("%d followers: %w", followers, err)
+		}
+	}
+	const zero = "00000000-0000-0000-0000-000000000000"
+	for round := range claimWarmup + runs {
+		if round == claimWarmup {
+			for _, conn := range conns {
+				if err := resetStatements(ctx, conn); err != nil {
+					return res, err
+				}
+			}
+		}
+		for i, conn := range conns {
+			d, _, err := fairClaimOnce(ctx, conn, zero)
+			if err != nil {
+				return res, fmt.Errorf("claim with %d followers: %w", i*followersBacklog, err)
+			}
+			if round < claimWarmup {
+				continue
+			}
+			if i == 0 {
+				res.Without = append(res.Without, d)
+			} else {
+				res.With = append(res.With, d)
+			}
+		}
+	}
+	for i, conn := range conns {
+		if res.Server[i], err = readClaimServer(ctx, conn); err != nil {
+			return res, err
+		}
+		if res.Server[i].Calls != int64(runs) {
+			return res, fmt.Errorf("pg_stat_statements counted %d claims, want %d", res.Server[i].Calls, runs)
+		}
+	}
+	log.Info("followers measured", "without", median(res.Without), "with", median(res.With),
+		"ratio", fmt.Sprintf("%.2f", res.ratio()),
+		"serverWithoutMs", res.Server[0].ExecMs, "serverWithMs", res.Server[1].ExecMs,
+		"hitsWithout", res.Server[0].Hits, "hitsWith", res.Server[1].Hits)
+	return res, nil
+}
+
+// followersMarkdown reports the claim with and without the backlog.
+func followersMarkdown(f *followersClaim) string {
+	if f == nil {
+		return ""
+	}
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("\n## The claim with a blocked backlog of one entity\n\n")
+	p("The fair, capped claim (as above, on %s rows) with its rotation starting at the first organization whose circuit is closed, on whose connection one command of a purchase order is in flight (processing, leased); beside it the same load with %s queued commands of that purchase order behind it, older than every other due row, so the walk reads them before the pair's ordinary due rows. The two databases take turns claim by claim: %d unmeasured claims each, then the median of %d, each rolled back.\n\n",
+		rows(f.Rows), rows(f.Followers), claimWarmup, len(f.With))
+	p("The claim's time is taken as in the claim scaling (the statement and reading its rows); the server's figures are the claim statement's `pg_stat_statements` entry over the measured claims (reset after the unmeasured ones): its mean execution time, and its mean shared buffers hit or read, a count the machine's load does not change.\n\n")
+	p("| Measure | Without the backlog | With it | Ratio | Target |\n|---|---|---|---|---|\n")
+	p("| Median claim | %s | %s | %s | ≤ 1.50× |\n", ms(median(f.Without)), ms(median(f.With)), x(f.ratio()))
+	w, k := f.Server[0], f.Server[1]
+	p("| Server execution per claim (mean) | %.2f ms | %.2f ms | %s | ≤ 1.50× |\n", w.ExecMs, k.ExecMs, x(k.ExecMs/w.ExecMs))
+	p("| Shared buffers per claim (mean) | %.0f | %.0f | %s | |\n", w.Hits, k.Hits, x(k.Hits/w.Hits))
+	return b.String()
+}
