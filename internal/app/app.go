@@ -24,6 +24,7 @@ import (
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/pace"
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/push"
@@ -120,8 +121,9 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 		Routes: a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
 		MaxAttempts: a.Config.MaxAttempts, Lease: a.Config.Lease, Logger: a.Logger,
 		MaxInFlight: a.Config.DispatchMaxInFlight, ConnectionMaxInFlight: a.Config.ConnectionMaxInFlight,
-		RoomWait: DispatchRoomWait,
-		Metrics:  metrics.NewEmitter(a.Out, function),
+		ProviderMaxInFlight: a.Providers().MaxInFlightDefaults(),
+		RoomWait:            DispatchRoomWait,
+		Metrics:             metrics.NewEmitter(a.Out, function),
 	})
 }
 
@@ -176,6 +178,7 @@ func (a *App) PushWorkerWith(creds push.Credentials) (*push.Worker, error) {
 		Providers: a.Providers(), Concurrency: a.Config.PushConcurrency, MaxAttempts: a.Config.MaxAttempts,
 		ProviderTimeout: a.Config.ProviderTimeout, Logger: a.Logger,
 		Metrics: metrics.NewEmitter(a.Out, "push-purchase-order"),
+		Pacer:   pace.NewPacer(a.Pool),
 	})
 }
 

@@ -58,6 +58,11 @@ type Config struct {
 	// its config_json.maxInFlight says otherwise (CONNECTION_MAX_IN_FLIGHT;
 	// 0: no cap).
 	ConnectionMaxInFlight int
+	// ProviderMaxInFlight caps the leased rows of a connection of the
+	// provider it names (provider.Registry.MaxInFlightDefaults) unless its
+	// config_json.maxInFlight says otherwise; it wins over
+	// ConnectionMaxInFlight.
+	ProviderMaxInFlight map[string]int
 	// RoomWait is how long a run waits before claiming again when an
 	// in-flight cap held due rows back (rows in flight finish and make
 	// room), or when a row it sent has due commands of its entity behind it
@@ -130,7 +135,8 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 	defer func() { d.emit(s, run) }()
 	scope := outbox.ClaimParams{MaxAttempts: d.cfg.MaxAttempts, Lease: d.cfg.Lease,
 		MaxInFlight: d.cfg.MaxInFlight, ConnectionMaxInFlight: d.cfg.ConnectionMaxInFlight,
-		OrganizationID: req.OrganizationID, IDs: req.IDs}
+		ProviderMaxInFlight: d.cfg.ProviderMaxInFlight,
+		OrganizationID:      req.OrganizationID, IDs: req.IDs}
 	if n, err := d.store.DeadLetterExpired(ctx, scope); err != nil {
 		return s, err
 	} else if n > 0 {

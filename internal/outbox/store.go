@@ -144,6 +144,11 @@ type ClaimParams struct {
 	// (CONNECTION_MAX_IN_FLIGHT) unless its config_json.maxInFlight says
 	// otherwise. 0: no cap.
 	ConnectionMaxInFlight int
+	// ProviderMaxInFlight caps the leased rows of a connection of the
+	// provider it names (Xero 5, QuickBooks Online 10) unless the
+	// connection's config_json.maxInFlight says otherwise; it wins over
+	// ConnectionMaxInFlight.
+	ProviderMaxInFlight map[string]int
 	// After is the organization id the claim's walk over organizations
 	// starts after (it wraps around); the dispatcher rotates it so that
 	// successive claims serve every organization in turn. Empty: from the
@@ -241,6 +246,19 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
 	return b, nil
 }
 
+// providerCaps is caps as the claim reads them: a JSON object of the
+// positive caps by provider name.
+func providerCaps(caps map[string]int) string {
+	kept := map[string]int{}
+	for name, n := range caps {
+		if n > 0 {
+			kept[name] = n
+		}
+	}
+	b, _ := json.Marshal(kept) // a map of strings to ints always encodes
+	return string(b)
+}
+
 // claimArgs are claimSQL's arguments for p.
 func (s *Store) claimArgs(p ClaimParams) pgx.NamedArgs {
 	org, ids := p.scope()
@@ -248,6 +266,7 @@ func (s *Store) claimArgs(p ClaimParams) pgx.NamedArgs {
 		"claim_limit": p.Limit, "max_attempts": p.MaxAttempts, "lease_seconds": p.Lease.Seconds(),
 		"organization_id": org, "ids": ids, "max_in_flight": p.MaxInFlight,
 		"connection_max_in_flight": p.ConnectionMaxInFlight,
+		"provider_max_in_flight":   providerCaps(p.ProviderMaxInFlight),
 		"after_organization":       cmp.Or(p.After, "00000000-0000-0000-0000-000000000000"),
 		"circuit_on":               s.circuit.FailureThreshold > 0,
 		"heads":                    p.Heads,
@@ -476,6 +495,11 @@ type Outcome struct {
 	// Circuit is CircuitSuccess or CircuitFailure when the job called the
 	// provider; empty when it did not get that far.
 	Circuit string
+	// Uncharged gives the attempt back: the provider did not take the call
+	// for a reason of the connection's, not the command's (its calls are
+	// paused or paced, a 429). The row is retried after RetryIn with the
+	// attempts it had; its attempt history still shows the try.
+	Uncharged bool
 }
 
 // Record stores outcomes in one statement, each fenced by its claim token,
@@ -498,6 +522,7 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 		called                      = make([]bool, n)
 		httpStatuses                = make([]*int32, n)
 		circuit                     = make([]*string, n)
+		uncharged                   = make([]bool, n)
 	)
 	for i, o := range outcomes {
 		ids[i], orgs[i], tokens[i], statuses[i] = o.OutboxID, o.OrganizationID, o.ClaimToken, string(o.Status)
@@ -512,6 +537,7 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 			httpStatuses[i] = &code
 		}
 		circuit[i] = pgtx.Nullable(o.Circuit)
+		uncharged[i] = o.Uncharged
 	}
 	rows, err := s.db.Query(ctx, recordSQL, pgx.NamedArgs{
 		"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "statuses": statuses,
@@ -520,7 +546,7 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 		"location_ids": locs, "connection_ids": conns, "call_started_at": callStarts,
 		"call_finished_at": callEnds, "provider_called": called, "http_statuses": httpStatuses,
 		"circuit_signals": circuit, "failure_threshold": s.circuit.FailureThreshold,
-		"cooldown_seconds": s.circuit.Cooldown.Seconds(),
+		"cooldown_seconds": s.circuit.Cooldown.Seconds(), "uncharged": uncharged,
 	})
 	if err != nil {
 		return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)

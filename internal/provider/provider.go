@@ -106,6 +106,11 @@ type Error struct {
 	// AuthFailed is set for 401/403 answers: the caller refreshes the
 	// credential once and retries.
 	AuthFailed bool
+	// PauseConnection is set when the provider told the whole connection to
+	// slow down (a 429 of a provider that limits each connection): no
+	// container calls it, and the claim takes none of its rows, until
+	// RetryAfter has passed; the attempt is not charged.
+	PauseConnection bool
 	// Message says what happened; it may quote the response body (truncated)
 	// and must never contain a secret value.
 	Message string

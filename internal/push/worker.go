@@ -24,6 +24,7 @@ import (
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/pace"
 	"integration-outbox/internal/provider"
 )
 
@@ -37,6 +38,13 @@ type Store interface {
 type Credentials interface {
 	Resolve(ctx context.Context, organizationID, reference string) (credential.Credential, error)
 	Invalidate(reference string)
+}
+
+// Pacer spaces each connection's provider calls across the fleet and pauses
+// a connection its provider told to slow down (internal/pace).
+type Pacer interface {
+	Wait(ctx context.Context, c pace.Connection, perMinute int, maxWait time.Duration) error
+	Pause(ctx context.Context, c pace.Connection, until time.Time, reason string) error
 }
 
 // Command is what one command type brings to the worker.
@@ -94,7 +102,19 @@ type Config struct {
 	RetryDelay func(attempts int, retryAfter time.Duration, jitter float64) time.Duration
 	// Metrics receives EMF lines per batch (nil: none).
 	Metrics *metrics.Emitter
+	// Pacer paces the calls of providers with limits (provider.Limited)
+	// and pauses their connections on a 429; nil: neither.
+	Pacer Pacer
+	// PaceMaxWait is the longest a job waits for its connection's next call
+	// slot (default 20s, and never past the time the invocation keeps to
+	// call and record); a job that would wait longer goes back to the
+	// outbox, due at that slot, its attempt not charged.
+	PaceMaxWait time.Duration
 }
+
+// DefaultPause is how long a connection pauses after a 429 that did not say
+// how long (no Retry-After).
+const DefaultPause = time.Minute
 
 // Worker handles SQS batches of one command type's messages.
 type Worker struct {
@@ -117,6 +137,7 @@ func New(store Store, creds Credentials, cmd Command, cfg Config) (*Worker, erro
 	cfg.ProviderTimeout = cmp.Or(cfg.ProviderTimeout, 10*time.Second)
 	cfg.RecordReserve = cmp.Or(cfg.RecordReserve, 3*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.PaceMaxWait = cmp.Or(cfg.PaceMaxWait, 20*time.Second)
 	if cfg.Jitter == nil {
 		cfg.Jitter = backoff.Jitter
 	}
@@ -435,6 +456,16 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 				return w.retryable(job, err.Error(), 0), nil
 			}
 		}
+		if err := w.pace(ctx, p, pconn); err != nil {
+			var busy *pace.Busy
+			if errors.As(err, &busy) {
+				log.logAttrs(ctx, slog.LevelInfo, "connection busy: the job goes back to the outbox, its attempt not charged",
+					slog.Time("until", busy.Until), slog.Bool("paused", busy.Paused))
+				return outbox.Outcome{Status: outbox.StatusFailed, LastError: busy.Error(),
+					RetryIn: max(time.Until(busy.Until), 0), Uncharged: true}, cred.Values()
+			}
+			return w.retryable(job, err.Error(), 0), cred.Values()
+		}
 		callStart := time.Now()
 		res, made, err := w.call(ctx, p, pconn, cred, ld.Send)
 		*latency += time.Since(callStart)
@@ -448,6 +479,9 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 			continue
 		}
 		o := w.outcome(job, res, err)
+		if perr != nil && perr.PauseConnection {
+			o = w.pause(ctx, log, pconn, perr, err)
+		}
 		if called {
 			o.ProviderCalled, o.CallStartedAt, o.CallFinishedAt = true, first, time.Now()
 			o.HTTPStatus = res.StatusCode
@@ -455,9 +489,42 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 				o.HTTPStatus = perr.StatusCode
 			}
 		}
-		o.Circuit = circuitSignal(err)
+		if !o.Uncharged {
+			o.Circuit = circuitSignal(err)
+		}
 		return o, cred.Values()
 	}
+}
+
+// pace waits for the connection's next call slot where p limits its
+// connections' calls; a *pace.Busy says the job should come back later.
+func (w *Worker) pace(ctx context.Context, p provider.Provider, conn provider.Connection) error {
+	lp, ok := p.(provider.Limited)
+	if !ok || w.cfg.Pacer == nil {
+		return nil
+	}
+	maxWait := w.cfg.PaceMaxWait
+	if dl, ok := ctx.Deadline(); ok {
+		maxWait = min(maxWait, time.Until(dl)-w.cfg.RecordReserve-w.cfg.ProviderTimeout)
+	}
+	return w.cfg.Pacer.Wait(ctx, pace.Connection{ID: conn.ID, OrganizationID: conn.OrganizationID},
+		lp.Limits(conn).CallsPerMinute, max(maxWait, 0))
+}
+
+// pause stops every container's calls to the connection until the
+// provider's Retry-After (DefaultPause when it gave none) and sends the job
+// back to the outbox for then, its attempt not charged.
+func (w *Worker) pause(ctx context.Context, log jobLogger, conn provider.Connection, perr *provider.Error, err error) outbox.Outcome {
+	wait := cmp.Or(perr.RetryAfter, DefaultPause)
+	if w.cfg.Pacer != nil {
+		c := pace.Connection{ID: conn.ID, OrganizationID: conn.OrganizationID}
+		if pauseErr := w.cfg.Pacer.Pause(ctx, c, time.Now().Add(wait), perr.Message); pauseErr != nil {
+			log.logAttrs(ctx, slog.LevelWarn, "could not pause the connection; its other rows may call the provider before the pause ends",
+				slog.String("error", pauseErr.Error()))
+		}
+	}
+	log.logAttrs(ctx, slog.LevelInfo, "the provider paused the connection", slog.Duration("for", wait))
+	return outbox.Outcome{Status: outbox.StatusFailed, LastError: err.Error(), RetryIn: wait, Uncharged: true}
 }
 
 // errNoTimeLeft is a provider call that was not made: the invocation had no

@@ -20,8 +20,10 @@
 -- (first_at), and its due rows are read from there.
 --
 -- Limits: at most @max_in_flight leased rows across all organizations (0:
--- none), at most the connection's config_json.maxInFlight, else
--- @connection_max_in_flight (0: none), leased rows per connection. With the
+-- none), at most the connection's config_json.maxInFlight, else its
+-- provider's default (@provider_max_in_flight), else
+-- @connection_max_in_flight (0: none), leased rows per connection; none of
+-- a connection its provider paused (a 429, until its Retry-After). With the
 -- circuit breaker on (@circuit_on): no row of a connection whose circuit is
 -- open, and one probe row at a time (none other in flight) once its cooldown
 -- is over; with it off, no circuit state is read and every circuit is reset.
@@ -52,8 +54,8 @@
 --
 -- Each claimed row comes back with held, which says whether an in-flight cap
 -- (global or a connection's) held due rows back: rows in flight free that
--- room, so the dispatcher may wait for it. Rows held by the breaker or by
--- per-entity order do not count. With no row claimed one row comes back, its
+-- room, so the dispatcher may wait for it. Rows held by the breaker, by a
+-- provider's pause or by per-entity order do not count. With no row claimed one row comes back, its
 -- claim columns null.
 --
 -- Per-entity order can be waited for too, but only behind the run's own rows:
@@ -232,9 +234,9 @@ with recursive budget as (
 ), conns as (
     -- The walk already knows the room of its pairs; only the connections
     -- of other candidates (reclaims, follow-ups, listed ids) are looked up.
-    select w.org, w.conn, w.room, w.probe from walked w
+    select w.org, w.conn, w.room, w.probe, false as paused from walked w
     union all
-    select p.org, p.conn, e.room, e.probe
+    select p.org, p.conn, e.room, e.probe, e.paused
     from (select distinct c.organization_id as org, c.integration_connection_id as conn
           from candidates c
           where c.integration_connection_id is not null
@@ -242,7 +244,7 @@ with recursive budget as (
                             where w.org = c.organization_id and w.conn = c.integration_connection_id)) p
     cross join lateral (/*fragment:connection_room*/) e
 ), ranked as (
-    select c.*, coalesce(k.probe, false) as probe,
+    select c.*, coalesce(k.probe, false) as probe, coalesce(k.paused, false) as paused,
         c.integration_connection_id is null or c.conn_rank <= k.room as within
     from (
         select c.*, row_number() over (
@@ -291,7 +293,7 @@ with recursive budget as (
     select ((select room from budget) < @claim_limit::int
             and (select count(*) from picked) >= (select room from budget))
         or coalesce((select bool_or(held) from walk), false)
-        or exists (select 1 from ranked where not within and not probe) as held,
+        or exists (select 1 from ranked where not within and not probe and not paused) as held,
         exists (select 1 from external_integration_outbox h
                 where h.id = any(@heads::text[]::uuid[])
                   and h.status = 'processing' and h.provider_status is null and h.lease_expires_at > now()) as held_behind

@@ -15,13 +15,16 @@ with res as (
         @last_errors::text[], @retry_seconds::float8[], @conflict_types::text[], @conflict_summaries::text[],
         @location_ids::text[]::uuid[], @connection_ids::text[]::uuid[],
         @call_started_at::timestamptz[], @call_finished_at::timestamptz[], @provider_called::bool[],
-        @http_statuses::int[])
+        @http_statuses::int[], @uncharged::bool[])
         as r(id, organization_id, claim_token, status, provider_reference, provider_status,
             last_error, retry_seconds, conflict_type, conflict_summary, location_id, connection_id,
-            started_at, finished_at, provider_called, http_status)
+            started_at, finished_at, provider_called, http_status, uncharged)
 ), updated as (
     update external_integration_outbox o
     set status = res.status,
+        -- An attempt the provider did not take for a reason of the
+        -- connection's (its pause, a 429) is given back.
+        attempt_count = case when res.uncharged then greatest(o.attempt_count - 1, 0) else o.attempt_count end,
         provider_reference = coalesce(res.provider_reference, o.provider_reference),
         provider_status = coalesce(res.provider_status, o.provider_status),
         last_error = coalesce(res.last_error, o.last_error),
@@ -40,7 +43,7 @@ with res as (
       and o.lease_expires_at is not null
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type,
         o.local_entity_type, o.local_entity_id, o.idempotency_key, o.status, o.last_error,
-        o.attempt_count, o.started_at,
+        o.attempt_count + case when res.uncharged then 1 else 0 end as attempt_count, o.started_at,
         res.conflict_type, res.conflict_summary, res.location_id, res.provider_reference, res.provider_status,
         res.last_error as attempt_error, res.started_at as call_started_at, res.finished_at,
         res.provider_called, res.http_status

@@ -1,26 +1,34 @@
 -- How many more rows of the connection p.conn (of the organization p.org) a
 -- claim may lease: with the breaker on, none while its circuit is open and
 -- one probe, when nothing else of it is in flight, once the cooldown is over;
+-- none while its provider has paused it (a 429: paused_until, internal/pace);
 -- else its in-flight limit (config_json.maxInFlight, a positive number, else
--- @connection_max_in_flight; none when both are unset) minus its leased rows.
--- probe says the row would be the half-open circuit's probe; capped that the
--- in-flight limit is what leaves no room; ordered that the connection keeps
--- per-entity order (config_json.ordered is not false).
+-- its provider's default in @provider_max_in_flight, a JSON object keyed by
+-- provider name, else @connection_max_in_flight; none when all are unset)
+-- minus its leased rows. probe says the row would be the half-open circuit's
+-- probe; paused that a pause leaves no room; capped that the in-flight limit
+-- is what leaves no room; ordered that the connection keeps per-entity order
+-- (config_json.ordered is not false).
 
-    select coalesce(h.open_until > now(), false) as open,
+    select coalesce(h.open_until > now(), false) or coalesce(pc.paused_until > now(), false) as open,
         h.open_until is not null as probe,
-        case when h.open_until > now() then 0
+        coalesce(pc.paused_until > now(), false) as paused,
+        case when pc.paused_until > now() then 0
+             when h.open_until > now() then 0
              when h.open_until is not null then case when f.n = 0 then 1 else 0 end
              when cap.n is null then 1000000
              else greatest(cap.n - f.n, 0) end as room,
-        h.open_until is null and cap.n is not null and f.n >= cap.n as capped,
+        not coalesce(pc.paused_until > now(), false)
+            and h.open_until is null and cap.n is not null and f.n >= cap.n as capped,
         cap.ordered
-    from (select coalesce(cc.n, nullif(@connection_max_in_flight::int, 0)) as n, coalesce(cc.ordered, true) as ordered
+    from (select coalesce(cc.n, cc.provider_n, nullif(@connection_max_in_flight::int, 0)) as n,
+              coalesce(cc.ordered, true) as ordered
           from (select 1) one
           left join lateral (
             select case when jsonb_typeof(c.config_json -> 'maxInFlight') = 'number'
                          and (c.config_json ->> 'maxInFlight')::numeric >= 1
                     then least(floor((c.config_json ->> 'maxInFlight')::numeric), 1000000)::int end as n,
+                (@provider_max_in_flight::jsonb ->> c.provider)::int as provider_n,
                 coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb as ordered
             from integration_connections c
             where c.id = p.conn and c.organization_id = p.org) cc on true) cap
@@ -32,3 +40,4 @@
             limit coalesce(cap.n, 1)) leased
     ) f
     left join integration_outbox_connection_health h on h.connection_id = p.conn and @circuit_on::bool
+    left join integration_outbox_connection_pace pc on pc.connection_id = p.conn

@@ -1,0 +1,164 @@
+// Package pace spaces each connection's provider calls across the fleet and
+// pauses a connection that its provider told to slow down.
+//
+// A provider that limits calls per minute (Xero 60, QuickBooks Online 500 per
+// company) counts every call of the connection, whichever container makes it:
+// each call takes a slot in the connection's row of
+// integration_outbox_connection_pace, slots one interval (a minute divided by
+// the limit) apart, so no 60 s window holds more calls than the limit. A 429
+// pauses the connection until the provider's Retry-After: no container calls
+// it and the claim takes none of its rows before then. Each step is one short
+// statement; no transaction is held across a call or a wait.
+package pace
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+var (
+	reserveSQL     = statement("reserve")
+	pauseSQL       = statement("pause")
+	pausedUntilSQL = statement("paused_until")
+)
+
+// statement is sql/<name>.sql without its leading comment.
+func statement(name string) string {
+	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic("pace: reading its SQL: " + err.Error())
+	}
+	text := string(b)
+	for strings.HasPrefix(text, "--") {
+		_, text, _ = strings.Cut(text, "\n")
+	}
+	return strings.TrimSpace(text)
+}
+
+// DB is what the pacer needs of the database: one statement at a time.
+type DB interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Pacer takes call slots and pauses connections.
+type Pacer struct {
+	db    DB
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// NewPacer returns a pacer on db.
+func NewPacer(db DB) *Pacer { return &Pacer{db: db, sleep: sleepCtx} }
+
+// Connection names the connection a call goes through.
+type Connection struct {
+	ID             string
+	OrganizationID string
+}
+
+// Busy is the answer to a Wait that could not get a slot within its
+// longest wait: the connection is paused, or its next free slot is further
+// off. Come back at Until.
+type Busy struct {
+	Until  time.Time
+	Paused bool
+	Reason string // why the connection is paused (the provider's answer)
+}
+
+func (b *Busy) Error() string {
+	if b.Paused {
+		return fmt.Sprintf("the connection is paused until %s: %s", b.Until.UTC().Format(time.RFC3339), b.Reason)
+	}
+	return fmt.Sprintf("the connection's calls are paced: its next free slot is at %s", b.Until.UTC().Format(time.RFC3339Nano))
+}
+
+// Wait takes the connection's next call slot for a provider limited to
+// perMinute calls a minute and returns at that slot's time. A slot further
+// than maxWait away is not taken: Wait returns a *Busy at once. perMinute 0
+// means no limit: Wait returns at once unless the connection is paused.
+func (p *Pacer) Wait(ctx context.Context, c Connection, perMinute int, maxWait time.Duration) error {
+	slot, err := p.Reserve(ctx, c, perMinute, maxWait)
+	if err != nil {
+		return err
+	}
+	if err := p.sleep(ctx, time.Until(slot)); err != nil {
+		return fmt.Errorf("waiting for a call slot of connection %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// Reserve is Wait without the wait: it takes the slot and returns its time.
+func (p *Pacer) Reserve(ctx context.Context, c Connection, perMinute int, maxWait time.Duration) (time.Time, error) {
+	if perMinute <= 0 {
+		return time.Time{}, p.checkPause(ctx, c)
+	}
+	interval := time.Minute / time.Duration(perMinute)
+	var (
+		slot     time.Time
+		reserved bool
+	)
+	if err := p.db.QueryRow(ctx, reserveSQL, pgx.NamedArgs{
+		"connection_id": c.ID, "organization_id": c.OrganizationID,
+		"interval_seconds": interval.Seconds(), "max_wait_seconds": max(maxWait, 0).Seconds(),
+	}).Scan(&slot, &reserved); err != nil {
+		return time.Time{}, fmt.Errorf("taking a call slot of connection %s: %w", c.ID, err)
+	}
+	if !reserved {
+		if err := p.checkPause(ctx, c); err != nil {
+			return time.Time{}, err
+		}
+		return time.Time{}, &Busy{Until: slot}
+	}
+	return slot, nil
+}
+
+// checkPause returns a *Busy when the connection is paused.
+func (p *Pacer) checkPause(ctx context.Context, c Connection) error {
+	var (
+		until  time.Time
+		reason string
+	)
+	err := p.db.QueryRow(ctx, pausedUntilSQL, pgx.NamedArgs{"connection_id": c.ID}).Scan(&until, &reason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the pause of connection %s: %w", c.ID, err)
+	}
+	return &Busy{Until: until, Paused: true, Reason: reason}
+}
+
+// Pause stops every container's calls to the connection, and the claim of
+// its rows, until until. A longer pause already running is kept.
+func (p *Pacer) Pause(ctx context.Context, c Connection, until time.Time, reason string) error {
+	if _, err := p.db.Exec(ctx, pauseSQL, pgx.NamedArgs{
+		"connection_id": c.ID, "organization_id": c.OrganizationID, "until": until, "reason": reason,
+	}); err != nil {
+		return fmt.Errorf("pausing connection %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,156 @@
+package push_test
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"integration-outbox/internal/credential"
+	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/pace"
+	"integration-outbox/internal/provider"
+	"integration-outbox/internal/purchaseorder"
+	"integration-outbox/internal/push"
+	"integration-outbox/internal/testenv"
+)
+
+// limitedProvider is a provider with per-connection limits whose every call
+// answers what answer says.
+type limitedProvider struct {
+	limits provider.Limits
+	calls  atomic.Int64
+	answer func() (provider.Result, error)
+}
+
+func (*limitedProvider) Name() string { return "limited" }
+
+func (p *limitedProvider) Limits(provider.Connection) provider.Limits { return p.limits }
+
+func (p *limitedProvider) PushPurchaseOrder(context.Context, provider.Connection, credential.Credential,
+	provider.PurchaseOrderPush) (provider.Result, error) {
+	p.calls.Add(1)
+	return p.answer()
+}
+
+// limitedWorkers sets up n containers' workers on one database with p.
+func limitedWorkers(t *testing.T, p *limitedProvider, n int, paceMaxWait time.Duration) (bundle, []*push.Worker) {
+	t.Helper()
+	f := pg.NewDB(t)
+	var workers []*push.Worker
+	for range n {
+		pool := testenv.OpenPool(t, f.URL, nil)
+		w, err := push.New(outbox.NewStore(pool), nil, purchaseorder.NewCommand(pool), push.Config{
+			Logger: slog.New(slog.DiscardHandler), Providers: provider.NewRegistry(p),
+			MaxAttempts: 10, ProviderTimeout: 2 * time.Second, Jitter: func() float64 { return 0 },
+			Pacer: pace.NewPacer(pool), PaceMaxWait: paceMaxWait,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		workers = append(workers, w)
+	}
+	return bundle{f: f, store: outbox.NewStore(f.Pool), worker: workers[0], org: f.NewID(t)}, workers
+}
+
+func (b bundle) limitedCommands(t *testing.T, n int) (conn string, ids []string) {
+	t.Helper()
+	conn = b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: b.org, Provider: "limited"})
+	for range n {
+		po := b.f.PurchaseOrder(t, b.org, "", 1)
+		ids = append(ids, b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: conn,
+			Provider: "limited", EntityID: po}))
+	}
+	return conn, ids
+}
+
+// A 429 that tells the connection to slow down pauses it for every
+// container until its Retry-After, without charging the attempt: no claim
+// takes its rows meanwhile, and afterwards they are delivered.
+func TestA429PausesTheConnectionForTheFleetWithoutChargingAttempts(t *testing.T) {
+	t.Parallel()
+	var limited atomic.Bool
+	limited.Store(true)
+	p := &limitedProvider{limits: provider.Limits{MaxInFlight: 5, CallsPerMinute: 600}, answer: func() (provider.Result, error) {
+		if limited.Load() {
+			return provider.Result{}, &provider.Error{Kind: provider.Retryable, StatusCode: 429, RetryAfter: 30 * time.Second,
+				PauseConnection: true, Message: "limited answered 429 (X-Rate-Limit-Problem: minute)"}
+		}
+		return provider.Result{Status: provider.StatusCompleted, ExternalID: "PO-1", StatusCode: 200}, nil
+	}}
+	b, workers := limitedWorkers(t, p, 2, 5*time.Second)
+	conn, ids := b.limitedCommands(t, 3)
+	b.handle(t, b.claim(t, 1)) // the first row, alone: its 429 pauses the connection
+	if got := p.calls.Load(); got != 1 {
+		t.Fatalf("%d calls, want 1", got)
+	}
+	first := b.f.Row(t, ids[0])
+	if first.Status != "failed" || first.AttemptCount != 0 || first.RetryInSeconds == nil || *first.RetryInSeconds < 25 {
+		t.Fatalf("the row answered 429 is %s at attempt %d, due in %v s; want failed at 0, due in about 30 s",
+			first.Status, first.AttemptCount, first.RetryInSeconds)
+	}
+	var pausedFor float64
+	if err := b.f.Pool.QueryRow(context.Background(), `select extract(epoch from paused_until - now())
+		from integration_outbox_connection_pace where connection_id = $1`, conn).Scan(&pausedFor); err != nil {
+		t.Fatal(err)
+	}
+	if pausedFor < 25 || pausedFor > 31 {
+		t.Errorf("the connection is paused for %.0f s, want the Retry-After of 30 s", pausedFor)
+	}
+	// Every container: nothing of the connection is claimed during the pause.
+	if ev := b.claim(t, 10); len(ev.Records) != 0 {
+		t.Fatalf("claimed %d rows of a paused connection", len(ev.Records))
+	}
+
+	// The pause over, the rows go, each charged its one real attempt.
+	limited.Store(false)
+	for _, stmt := range []string{
+		`update integration_outbox_connection_pace set paused_until = now() - interval '1 second' where connection_id = $1`,
+		`update external_integration_outbox set next_attempt_at = now() - interval '1 second' where integration_connection_id = $1`,
+	} {
+		if _, err := b.f.Pool.Exec(context.Background(), stmt, conn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := b.claim(t, 10)
+	if _, err := workers[1].Handle(context.Background(), ev); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if r := b.f.Row(t, id); r.Status != "completed" || r.AttemptCount != 1 {
+			t.Errorf("row %s is %s at attempt %d, want completed at 1", id, r.Status, r.AttemptCount)
+		}
+	}
+}
+
+// A job whose connection's next call slot is further off than it may wait
+// goes back to the outbox, due at that slot, its attempt not charged; the
+// provider is not called for it.
+func TestAJobBeyondItsConnectionsPaceGoesBackUncharged(t *testing.T) {
+	t.Parallel()
+	p := &limitedProvider{limits: provider.Limits{MaxInFlight: 5, CallsPerMinute: 1}, answer: func() (provider.Result, error) {
+		return provider.Result{Status: provider.StatusCompleted, ExternalID: "PO-1", StatusCode: 200}, nil
+	}}
+	b, _ := limitedWorkers(t, p, 1, time.Second)
+	_, ids := b.limitedCommands(t, 2)
+	b.handle(t, b.claim(t, 10))
+	if got := p.calls.Load(); got != 1 {
+		t.Fatalf("%d calls within the minute, the limit allows 1", got)
+	}
+	var done, back int
+	for _, id := range ids {
+		r := b.f.Row(t, id)
+		switch {
+		case r.Status == "completed" && r.AttemptCount == 1:
+			done++
+		case r.Status == "failed" && r.AttemptCount == 0 && r.RetryInSeconds != nil && *r.RetryInSeconds > 50:
+			back++
+		default:
+			t.Errorf("row %s is %s at attempt %d, due in %v s", id, r.Status, r.AttemptCount, r.RetryInSeconds)
+		}
+	}
+	if done != 1 || back != 1 {
+		t.Errorf("%d delivered and %d sent back for the next slot, want 1 and 1", done, back)
+	}
+}
