@@ -27,7 +27,7 @@ left join integration_outbox_provider_documents d
    and d.local_entity_id = p.id and d.provider = r.provider`
 
 // rememberSQL stores the provider's document of purchase order $2 through
-// connection $1 of provider $3: its id $4 and sync token $5 (” for none).
+// connection $1 of provider $3: its id $4 and sync token $5 (empty: none).
 // The latest answer wins: pushes of one order run one at a time.
 const rememberSQL = `
 insert into integration_outbox_provider_documents as d
