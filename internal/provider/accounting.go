@@ -334,14 +334,15 @@ var guid = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-
 func isGUID(s string) bool { return guid.MatchString(s) }
 
 // deriveKey returns key when it is at most max bytes long, else prefix
-// followed by the SHA-256 hex of key, cut to max: deterministic, so a retry
-// sends the same derived key. max must leave room for prefix.
+// followed by the SHA-256 hex of key, cut to max when longer:
+// deterministic, so a retry sends the same derived key.
 func deriveKey(key, prefix string, max int) string {
 	if len(key) <= max {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))
-	return (prefix + hex.EncodeToString(sum[:]))[:max]
+	derived := prefix + hex.EncodeToString(sum[:])
+	return derived[:min(len(derived), max)]
 }
 
 // bearer returns the Authorization value of cred, or a ConfigInvalid error
