@@ -317,7 +317,9 @@ func TestItemMapping(t *testing.T) {
 		if xerr != nil || qerr != nil {
 			t.Fatalf("%s: %v / %v", tt.name, xerr, qerr)
 		}
-		var x struct{ PurchaseOrders []struct{ LineItems []xeroLine } }
+		var x struct {
+			PurchaseOrders []struct{ LineItems []xeroLine }
+		}
 		if err := json.Unmarshal(xbody, &x); err != nil {
 			t.Fatal(err)
 		}
