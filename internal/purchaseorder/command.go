@@ -126,8 +126,9 @@ func (c *Command) delivery(j outbox.Job, o loadedOrder) push.Delivery {
 	}}
 }
 
-// rememberTimeout bounds the write of a provider's document.
-const rememberTimeout = 5 * time.Second
+// rememberTimeout bounds the write of a provider's document: less than the
+// push worker's default RecordReserve (3s), which it may run into.
+const rememberTimeout = 2 * time.Second
 
 // remember stores the document the provider answered with, right after its
 // answer and before the outcome is recorded: the document exists at the
