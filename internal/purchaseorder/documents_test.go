@@ -3,14 +3,18 @@ package purchaseorder_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/outbox"
@@ -180,5 +184,41 @@ func TestSecondQuickBooksPushUpdatesTheFirstPurchaseOrder(t *testing.T) {
 	}
 	if b := got[1].body; b["Id"] != "257" || b["SyncToken"] != "0" || b["sparse"] != true {
 		t.Errorf("second push body = %v, want a sparse update of 257 at SyncToken 0", b)
+	}
+}
+
+// failingWrites loads through the pool but fails every insert.
+type failingWrites struct{ purchaseorder.Querier }
+
+func (f failingWrites) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if strings.Contains(sql, "insert into") {
+		return nil, errors.New("connection reset by peer")
+	}
+	return f.Querier.Query(ctx, sql, args...)
+}
+
+// TestAFailedDocumentWriteIsRetryable: a document the provider answered
+// with but that could not be remembered fails the push as retryable, so
+// that its retry (same key, same answer) remembers it.
+func TestAFailedDocumentWriteIsRetryable(t *testing.T) {
+	t.Parallel()
+	f := pg.NewDB(t)
+	org := f.NewID(t)
+	po := f.PurchaseOrder(t, org, "", 1)
+	_, url := replay(t, "xero/created.json")
+	x := provider.NewXero(provider.AccountingConfig{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
+	t.Cleanup(x.CloseIdleConnections)
+	conn := connection(t, f, org, provider.NameXero, map[string]any{"tenantId": "t", "accountCode": "300", "apiBaseUrl": url})
+	j := outbox.Job{ID: "job-1", OrganizationID: org, ConnectionID: conn.ID, CommandType: purchaseorder.CommandType,
+		LocalEntityID: po, Payload: json.RawMessage(`{"externalSupplierId": "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"}`),
+		IdempotencyKey: "key-1", Connection: &outbox.Connection{ID: conn.ID, Provider: conn.Provider, Config: conn.Config}}
+	ds, err := purchaseorder.NewCommand(failingWrites{f.Pool}).Load(context.Background(), []outbox.Job{j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ds[0].Send(context.Background(), x, conn, credential.Credential{Token: credential.NewSecret("access-token")})
+	var perr *provider.Error
+	if !errors.As(err, &perr) || perr.Kind != provider.Retryable || !strings.Contains(err.Error(), "remembering it failed") {
+		t.Errorf("Send = %v, want a retryable error saying the document was not remembered", err)
 	}
 }
