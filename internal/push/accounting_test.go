@@ -1,6 +1,7 @@
 package push_test
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -76,4 +77,31 @@ func uris(reqs []testenv.Request) []string {
 		out = append(out, r.Method+" "+r.URI)
 	}
 	return out
+}
+
+// TestQuickBooksFaultInA200IsRejectedThroughTheWorker: QuickBooks' Fault in
+// a 200 answer dead-letters the row as provider_rejected with its code and
+// message.
+func TestQuickBooksFaultInA200IsRejectedThroughTheWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rc := documented(t, "200 quickbooks/fault_200.json")
+	ref := secret(t, `{"token":"qbo-access-token"}`, b.org)
+	ids := b.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{
+		Connection: testenv.ConnectionOpts{OrganizationID: b.org, Provider: "quickbooks", CredentialReference: ref,
+			Config: map[string]string{"realmId": "9130", "expenseAccountId": "80", "apiBaseUrl": rc.URL}},
+		Command: testenv.CommandOpts{Payload: map[string]string{"externalSupplierId": "41"}}})
+	b.handle(t, b.claim(t, 10))
+	r := b.f.Row(t, ids.CommandID)
+	if r.Status != "dead_letter" || !strings.Contains(deref(r.LastError), "6140 Duplicate Document Number Error") {
+		t.Fatalf("row = %s, last_error %q", r.Status, deref(r.LastError))
+	}
+	var conflict string
+	if err := b.f.Pool.QueryRow(context.Background(), `select conflict_type from external_integration_conflicts
+		where local_entity_id = $1`, ids.PurchaseOrderID).Scan(&conflict); err != nil || conflict != "provider_rejected" {
+		t.Errorf("conflict %q, %v; want provider_rejected", conflict, err)
+	}
+	if reqs := rc.Requests(); len(reqs) != 1 || !strings.HasPrefix(reqs[0].URI, "/v3/company/9130/purchaseorder?") {
+		t.Errorf("requests %v", uris(reqs))
+	}
 }
