@@ -139,8 +139,11 @@ func (a *App) outboxStore() *outbox.Store {
 // SANDBOX_PROVIDER_ENABLED: in a real deployment a sandbox connection must
 // not mark orders completed that nobody received.
 func (a *App) Providers() provider.Registry {
+	accounting := provider.AccountingConfig{AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Timeout: a.Config.ProviderTimeout}
 	ps := []provider.Provider{
 		provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Timeout: a.Config.ProviderTimeout}),
+		provider.NewXero(accounting),
+		provider.NewQuickBooks(accounting),
 	}
 	if a.Config.SandboxProviderEnabled {
 		ps = append(ps, provider.NewSandbox(provider.SandboxConfig{}))

@@ -1,20 +1,15 @@
 package provider
 
-// Limits are what a provider allows each connection, across every container
-// of the fleet: at most MaxInFlight calls at once (the claim leases no more
-// of its rows) and CallsPerMinute calls in any minute (internal/pace spaces
-// them). Zero: no limit.
-type Limits struct {
-	MaxInFlight    int
-	CallsPerMinute int
-}
-
-// Limited is a provider whose connections have limits.
+// Limited is a provider whose connections have limits (Limits, in
+// accounting.go), kept across every container of the fleet: the claim
+// leases no more than MaxInFlight of a connection's rows, and internal/pace
+// spaces its calls to CallsPerMinute.
 type Limited interface {
 	Provider
 	// Limits returns conn's limits: the provider's defaults, or what conn's
-	// config_json sets instead. Given a Connection with no Config, it
-	// returns the defaults.
+	// config_json sets instead. Given a Connection with no Config, or one
+	// whose overrides are not valid (the call itself then fails on them),
+	// it returns the defaults.
 	Limits(conn Connection) Limits
 }
 
@@ -31,4 +26,20 @@ func (r Registry) MaxInFlightDefaults() map[string]int {
 		}
 	}
 	return out
+}
+
+// Limits returns the limits of a connection through Xero.
+func (*Xero) Limits(conn Connection) Limits { return limitsOf(NameXero, conn) }
+
+// Limits returns the limits of a connection through QuickBooks Online.
+func (*QuickBooks) Limits(conn Connection) Limits { return limitsOf(NameQuickBooks, conn) }
+
+func limitsOf(name string, conn Connection) Limits {
+	if len(conn.Config) > 0 {
+		if l, err := ConnectionLimits(name, conn.Config); err == nil {
+			return l
+		}
+	}
+	l, _ := DefaultLimits(name)
+	return l
 }

@@ -1,6 +1,6 @@
 // Package provider defines what an external provider can do, a registry keyed
-// by the connection's provider name, and the shipped providers: webhook and
-// sandbox.
+// by the connection's provider name, and the shipped providers: webhook,
+// xero, quickbooks and sandbox.
 package provider
 
 import (
@@ -30,6 +30,24 @@ type PurchaseOrderPush struct {
 	// PurchaseOrder is the order's columns in camelCase plus "items" (its
 	// line objects, docs/receivers.md), ready to be sent as JSON.
 	PurchaseOrder json.RawMessage
+	// Payload is the command's payload_json: the accounting providers read
+	// their item and account mapping from it (docs/providers.md).
+	Payload json.RawMessage
+	// Document is the provider's document an earlier push of the same order
+	// through the same connection created, nil when there is none: a
+	// provider that keeps documents updates it instead of creating another.
+	Document *Document
+}
+
+// Document is a provider's document for one local entity through one
+// connection (integration_outbox_provider_documents).
+type Document struct {
+	// ID is the provider's id of the document (Xero's PurchaseOrderID,
+	// QuickBooks' Id).
+	ID string
+	// SyncToken is the document's version where the provider wants it on an
+	// update (QuickBooks); empty otherwise.
+	SyncToken string
 }
 
 // Result statuses as a provider reports them. Anything other than completed
@@ -48,6 +66,10 @@ type Result struct {
 	// StatusCode is the HTTP status of the answer, 0 for a provider that
 	// does not answer over HTTP (the sandbox). Kept in the attempt history.
 	StatusCode int
+	// Document, when set, is the provider's document the call created or
+	// updated: the command remembers it, and the next push of the same
+	// entity through the same connection gets it as PurchaseOrderPush.Document.
+	Document *Document
 }
 
 // Provider is one external system. The commands it takes are the
@@ -106,6 +128,11 @@ type Error struct {
 	// AuthFailed is set for 401/403 answers: the caller refreshes the
 	// credential once and retries.
 	AuthFailed bool
+	// NeedsReauthorization is set, with AuthFailed, when the answer says
+	// the grant itself is gone (a disconnected Xero tenant, a QuickBooks
+	// 403): a fresh access token will not help until someone reconnects the
+	// connection.
+	NeedsReauthorization bool
 	// PauseConnection is set when the provider told the whole connection to
 	// slow down (a 429 of a provider that limits each connection): no
 	// container calls it, and the claim takes none of its rows, until
@@ -134,8 +161,10 @@ type Registry map[string]Provider
 
 // Provider names, as integration_connections.provider holds them.
 const (
-	NameWebhook = "webhook"
-	NameSandbox = "sandbox"
+	NameWebhook    = "webhook"
+	NameSandbox    = "sandbox"
+	NameXero       = "xero"
+	NameQuickBooks = "quickbooks"
 )
 
 // NewRegistry returns the providers keyed by their names.

@@ -73,29 +73,7 @@ func NewWebhook(cfg WebhookConfig) *Webhook {
 		cfg.Clock = time.Now
 	}
 
-	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second, Resolver: cfg.Resolver}
-	if !cfg.AllowPrivateNetworks {
-		// Control runs on the resolved address of every connection attempt,
-		// before connect(2): DNS answers (rebinding included) cannot route
-		// around it, and no packet reaches a refused address.
-		dialer.Control = refuseNonPublic
-	}
-	transport := &http.Transport{
-		Proxy:                 nil, // never a proxy from the environment: it would bypass the guard
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   10,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   cfg.Timeout,
-		ExpectContinueTimeout: time.Second,
-	}
-	client := &http.Client{
-		Transport: transport,
-		// A redirect could lead to a target the config never named; the
-		// 3xx is answered as a rejection instead.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	client := newGuardedClient(cfg.Timeout, cfg.AllowPrivateNetworks, cfg.Resolver)
 	return &Webhook{cfg: cfg, client: client}
 }
 
@@ -286,7 +264,8 @@ func encodeWebhookBody(cmd PurchaseOrderPush) ([]byte, error) {
 	if len(cmd.PurchaseOrder) == 0 {
 		return nil, &Error{Kind: PayloadInvalid, Message: "purchaseOrder: missing"}
 	}
-	body, err := json.Marshal(webhookBody(cmd))
+	body, err := json.Marshal(webhookBody{CommandType: cmd.CommandType, IdempotencyKey: cmd.IdempotencyKey,
+		ExternalSupplierID: cmd.ExternalSupplierID, PurchaseOrder: cmd.PurchaseOrder})
 	if err != nil {
 		return nil, &Error{Kind: PayloadInvalid, Message: "purchaseOrder: encoding the webhook body", Err: err}
 	}

@@ -7,6 +7,7 @@ package purchaseorder
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,7 +21,8 @@ import (
 // CommandType is the command_type of a purchase-order push (contract).
 const CommandType = "push_purchase_order"
 
-// Querier is what loading needs of a pool or connection.
+// Querier is what loading and remembering documents need of a pool or
+// connection.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
@@ -46,26 +48,40 @@ func (*Command) Supports(p provider.Provider) bool {
 // organization and to its connection's location when it has one, and
 // returns each job's delivery. A job whose order is not in that scope is
 // refused as entity_not_found; one whose payload_json lacks a usable
-// externalSupplierId as payload_invalid.
+// externalSupplierId as payload_invalid. Each push carries the provider's
+// document an earlier push of the order created through the same
+// connection, and a push whose provider answers with a document remembers
+// it (integration_outbox_provider_documents).
 func (c *Command) Load(ctx context.Context, jobs []outbox.Job) ([]push.Delivery, error) {
 	n := len(jobs)
 	ids, orgs, orders, locations := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
+	conns, providers := make([]*string, n), make([]string, n)
 	for i, j := range jobs {
 		ids[i], orgs[i], orders[i] = j.ID, j.OrganizationID, pgtx.Nullable(j.LocalEntityID)
+		conns[i] = pgtx.Nullable(j.ConnectionID)
 		if j.Connection != nil {
 			locations[i] = pgtx.Nullable(j.Connection.LocationID)
+			providers[i] = j.Connection.Provider
 		}
 	}
-	rows, err := c.db.Query(ctx, loadSQL, ids, orgs, orders, locations)
+	rows, err := c.db.Query(ctx, loadSQL, ids, orgs, orders, locations, conns, providers)
 	if err != nil {
 		return nil, fmt.Errorf("loading %d purchase orders: %w", n, err)
 	}
-	docs := make(map[string][]byte, n)
+	found := make(map[string]loadedOrder, n)
 	var id string
 	var row, items []byte
-	_, err = pgx.ForEachRow(rows, []any{&id, &row, &items}, func() error {
+	var docID, syncToken *string
+	_, err = pgx.ForEachRow(rows, []any{&id, &row, &items, &docID, &syncToken}, func() error {
 		doc, err := purchaseOrderDocument(row, items)
-		docs[id] = doc
+		o := loadedOrder{doc: doc}
+		if docID != nil {
+			o.known = &provider.Document{ID: *docID}
+			if syncToken != nil {
+				o.known.SyncToken = *syncToken
+			}
+		}
+		found[id] = o
 		return err
 	})
 	if err != nil {
@@ -73,14 +89,21 @@ func (c *Command) Load(ctx context.Context, jobs []outbox.Job) ([]push.Delivery,
 	}
 	out := make([]push.Delivery, n)
 	for i, j := range jobs {
-		out[i] = delivery(j, docs[j.ID])
+		out[i] = c.delivery(j, found[j.ID])
 	}
 	return out, nil
 }
 
+// loadedOrder is a job's order document and the provider's document an
+// earlier push of it created through the job's connection (nil: none).
+type loadedOrder struct {
+	doc   []byte
+	known *provider.Document
+}
+
 // delivery is the job's push, or why it cannot be made.
-func delivery(j outbox.Job, doc []byte) push.Delivery {
-	if doc == nil {
+func (c *Command) delivery(j outbox.Job, o loadedOrder) push.Delivery {
+	if o.doc == nil {
 		return push.Refuse(outbox.ConflictEntityNotFound, fmt.Sprintf(
 			"purchase order %s not found for the organization and the connection's location", j.LocalEntityID))
 	}
@@ -89,9 +112,43 @@ func delivery(j outbox.Job, doc []byte) push.Delivery {
 		return push.Refuse(outbox.ConflictPayloadInvalid, err.Error())
 	}
 	cmd := provider.PurchaseOrderPush{CommandType: j.CommandType, IdempotencyKey: j.IdempotencyKey,
-		ExternalSupplierID: supplier, PurchaseOrder: doc}
+		ExternalSupplierID: supplier, PurchaseOrder: o.doc, Payload: j.Payload, Document: o.known}
 	return push.Delivery{Send: func(ctx context.Context, p provider.Provider, conn provider.Connection,
 		cred credential.Credential) (provider.Result, error) {
-		return p.(provider.PurchaseOrderPusher).PushPurchaseOrder(ctx, conn, cred, cmd)
+		res, err := p.(provider.PurchaseOrderPusher).PushPurchaseOrder(ctx, conn, cred, cmd)
+		if err != nil || res.Document == nil {
+			return res, err
+		}
+		if err := c.remember(ctx, j, conn.Provider, *res.Document); err != nil {
+			return provider.Result{}, err
+		}
+		return res, nil
 	}}
+}
+
+// rememberTimeout bounds the write of a provider's document: less than the
+// push worker's default RecordReserve (3s), which it may run into.
+const rememberTimeout = 2 * time.Second
+
+// remember stores the document the provider answered with, right after its
+// answer and before the outcome is recorded: the document exists at the
+// provider whether or not this job's claim is still current, and the next
+// push of the order must update it rather than create another. When the
+// write fails, the push is failed as retryable: its retry sends the same
+// idempotency key, which the provider answers with the same document.
+func (c *Command) remember(ctx context.Context, j outbox.Job, providerName string, doc provider.Document) error {
+	// The provider call may have used up the call's deadline; the write
+	// gets its own few seconds.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rememberTimeout)
+	defer cancel()
+	rows, err := c.db.Query(ctx, rememberSQL, j.ConnectionID, j.LocalEntityID, providerName, doc.ID, doc.SyncToken)
+	if err == nil {
+		rows.Close()
+		err = rows.Err()
+	}
+	if err != nil {
+		return &provider.Error{Kind: provider.Retryable, Message: fmt.Sprintf(
+			"%s answered with document %s, but remembering it failed", providerName, doc.ID), Err: err}
+	}
+	return nil
 }

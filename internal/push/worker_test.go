@@ -102,6 +102,8 @@ func setup(t *testing.T, opts ...func(*options)) bundle {
 		Logger: logger,
 		Providers: provider.NewRegistry(
 			provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: true, Timeout: o.timeout}),
+			provider.NewXero(provider.AccountingConfig{AllowPrivateNetworks: true, Timeout: o.timeout}),
+			provider.NewQuickBooks(provider.AccountingConfig{AllowPrivateNetworks: true, Timeout: o.timeout}),
 			provider.NewSandbox(provider.SandboxConfig{})),
 		MaxAttempts: o.maxAttempts, ProviderTimeout: o.timeout,
 		Jitter:  func() float64 { return 0 },

@@ -1,0 +1,415 @@
+package provider
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"integration-outbox/internal/credential"
+)
+
+// QuickBooks Online defaults (config_json apiBaseUrl, tokenUrl,
+// minorVersion). The sandbox companies live on another host
+// (sandbox-quickbooks.api.intuit.com), set as apiBaseUrl.
+const (
+	DefaultQuickBooksAPIBaseURL   = "https://quickbooks.api.intuit.com"
+	DefaultQuickBooksTokenURL     = "https://oauth.platform.intuit.com/oauth2/v1/tokens/bearer"
+	DefaultQuickBooksMinorVersion = 75
+)
+
+// QuickBooks Online limits on what we send.
+const (
+	quickBooksMaxRequestID = 50 // requestid
+	quickBooksMaxDocNumber = 21 // DocNumber
+	quickBooksStaleObject  = "5010"
+)
+
+// QuickBooks is the "quickbooks" provider: it creates a purchase order in
+// the connection's QuickBooks Online company (its realm) and, on a later
+// push of the same order, updates that purchase order with a sparse update
+// (docs/providers.md). It is safe for concurrent use.
+type QuickBooks struct {
+	c accountingClient
+}
+
+// NewQuickBooks returns the QuickBooks Online provider. Zero fields of cfg
+// take their defaults.
+func NewQuickBooks(cfg AccountingConfig) *QuickBooks {
+	return &QuickBooks{c: newAccountingClient(NameQuickBooks, cfg)}
+}
+
+// Name is "quickbooks".
+func (*QuickBooks) Name() string { return NameQuickBooks }
+
+// CloseIdleConnections closes the client's idle keep-alive connections.
+func (q *QuickBooks) CloseIdleConnections() { q.c.client.CloseIdleConnections() }
+
+// QuickBooksConnectionConfig is a quickbooks connection's config_json.
+type QuickBooksConnectionConfig struct {
+	RealmID          string
+	ExpenseAccountID string // default account of lines without a mapped item or account
+	MinorVersion     int
+	APIBaseURL       *url.URL
+	TokenURL         *url.URL
+	Limits           Limits
+}
+
+var realmID = regexp.MustCompile(`^[0-9]{1,32}$`)
+
+// ParseQuickBooksConfig reads a quickbooks connection's config_json. Keys
+// are case-sensitive; unknown keys are ignored. Every error is
+// ConfigInvalid and names the field.
+func ParseQuickBooksConfig(raw json.RawMessage, allowPrivate bool) (QuickBooksConnectionConfig, error) {
+	fields, err := configFields(raw)
+	if err != nil {
+		return QuickBooksConnectionConfig{}, err
+	}
+	var c QuickBooksConnectionConfig
+	if c.RealmID, err = configString(fields, "realmId"); err != nil {
+		return c, err
+	}
+	switch {
+	case c.RealmID == "":
+		return c, configError("realmId", "required")
+	case !realmID.MatchString(c.RealmID):
+		return c, configError("realmId", "must be the company's numeric realm id")
+	}
+	if c.ExpenseAccountID, err = configString(fields, "expenseAccountId"); err != nil {
+		return c, err
+	}
+	c.MinorVersion = DefaultQuickBooksMinorVersion
+	if raw, ok := fields["minorVersion"]; ok && string(raw) != "null" {
+		// A number or a string of digits: both are common in hand-written config.
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			s = string(bytes.TrimSpace(raw))
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return c, configError("minorVersion", "must be a positive integer")
+		}
+		c.MinorVersion = n
+	}
+	if c.APIBaseURL, err = configURL(fields, "apiBaseUrl", DefaultQuickBooksAPIBaseURL, allowPrivate); err != nil {
+		return c, err
+	}
+	if c.TokenURL, err = configURL(fields, "tokenUrl", DefaultQuickBooksTokenURL, allowPrivate); err != nil {
+		return c, err
+	}
+	c.Limits, _ = DefaultLimits(NameQuickBooks)
+	if err := limitsFrom(fields, &c.Limits); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// QuickBooks Online's request body, in its field names
+// (testdata/quickbooks_purchase_order.schema.json).
+type (
+	qboPurchaseOrder struct {
+		ID          string    `json:"Id,omitempty"`
+		SyncToken   string    `json:"SyncToken,omitempty"`
+		Sparse      bool      `json:"sparse,omitempty"`
+		VendorRef   qboRef    `json:"VendorRef"`
+		DocNumber   string    `json:"DocNumber,omitempty"`
+		CurrencyRef qboRef    `json:"CurrencyRef"`
+		TxnDate     string    `json:"TxnDate,omitempty"`
+		Line        []qboLine `json:"Line"`
+	}
+	qboRef struct {
+		Value string `json:"value"`
+	}
+	qboLine struct {
+		DetailType                    string                 `json:"DetailType"`
+		Amount                        json.Number            `json:"Amount"`
+		Description                   string                 `json:"Description,omitempty"`
+		ItemBasedExpenseLineDetail    *qboItemBasedDetail    `json:"ItemBasedExpenseLineDetail,omitempty"`
+		AccountBasedExpenseLineDetail *qboAccountBasedDetail `json:"AccountBasedExpenseLineDetail,omitempty"`
+	}
+	qboItemBasedDetail struct {
+		ItemRef   qboRef      `json:"ItemRef"`
+		Qty       json.Number `json:"Qty"`
+		UnitPrice json.Number `json:"UnitPrice"`
+	}
+	qboAccountBasedDetail struct {
+		AccountRef qboRef `json:"AccountRef"`
+	}
+)
+
+// QuickBooksRequestID is the requestid sent for our key: the key itself,
+// or "io-" and its SHA-256 hex cut to QuickBooks' 50 characters when it is
+// longer. QuickBooks answers a repeated requestid with its first answer.
+func QuickBooksRequestID(key string) string {
+	return deriveKey(key, "io-", quickBooksMaxRequestID)
+}
+
+// quickBooksBody builds the request body of cmd for a connection with cfg;
+// doc, when set, makes it a sparse update of that purchase order.
+func quickBooksBody(cfg QuickBooksConnectionConfig, cmd PurchaseOrderPush, doc *Document) ([]byte, error) {
+	if strings.TrimSpace(cmd.ExternalSupplierID) == "" {
+		return nil, payloadError("payload_json.externalSupplierId: missing or empty (the QuickBooks vendor Id)")
+	}
+	o, err := parseOrder(cmd.PurchaseOrder)
+	if err != nil {
+		return nil, err
+	}
+	// QuickBooks Online takes at most 21 characters; a cut number could
+	// name another order, so a longer one is refused rather than cut.
+	if n := utf8.RuneCountInString(o.OrderNumber); n > quickBooksMaxDocNumber {
+		return nil, payloadError("order number %q has %d characters; QuickBooks DocNumber takes at most %d",
+			o.OrderNumber, n, quickBooksMaxDocNumber)
+	}
+	cur, err := currencyOf(o.CurrencyCode)
+	if err != nil {
+		return nil, err
+	}
+	items, err := itemMappings(cmd.Payload)
+	if err != nil {
+		return nil, err
+	}
+	po := qboPurchaseOrder{VendorRef: qboRef{cmd.ExternalSupplierID}, DocNumber: o.OrderNumber,
+		CurrencyRef: qboRef{cur.code}, TxnDate: orderDate(o.CreatedAt)}
+	if doc != nil {
+		po.ID, po.SyncToken, po.Sparse = doc.ID, doc.SyncToken, true
+	}
+	for _, l := range o.Items {
+		m := items[l.StockItemID]
+		qty, err := quantity(l.Quantity)
+		if err != nil {
+			return nil, err
+		}
+		amount, err := cur.lineAmount(qty, l.UnitPriceMinor)
+		if err != nil {
+			return nil, err
+		}
+		line := qboLine{Amount: json.Number(amount), Description: lineDescription(l, m)}
+		switch account := cmp.Or(m.AccountID, cfg.ExpenseAccountID); {
+		case m.ItemID != "":
+			unit, err := cur.amount(l.UnitPriceMinor)
+			if err != nil {
+				return nil, err
+			}
+			line.DetailType = "ItemBasedExpenseLineDetail"
+			line.ItemBasedExpenseLineDetail = &qboItemBasedDetail{ItemRef: qboRef{m.ItemID}, Qty: qty, UnitPrice: json.Number(unit)}
+		case account != "":
+			line.DetailType = "AccountBasedExpenseLineDetail"
+			line.AccountBasedExpenseLineDetail = &qboAccountBasedDetail{AccountRef: qboRef{account}}
+		default:
+			return nil, payloadError("stock item %s: no itemId or accountId in payload_json.items and no config_json.expenseAccountId", l.StockItemID)
+		}
+		po.Line = append(po.Line, line)
+	}
+	body, err := json.Marshal(po)
+	if err != nil {
+		return nil, payloadError("encoding the QuickBooks purchase order: %v", err)
+	}
+	return body, nil
+}
+
+// PushPurchaseOrder creates the order in QuickBooks Online, or updates the
+// purchase order an earlier push created (cmd.Document) with a sparse
+// update. When that update finds the SyncToken stale (error 5010), it reads
+// the purchase order's current SyncToken once and tries once more. Every
+// failure is an *Error whose text never contains a value of cred.
+func (q *QuickBooks) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
+	cfg, err := ParseQuickBooksConfig(conn.Config, q.c.cfg.AllowPrivateNetworks)
+	if err != nil {
+		return Result{}, err
+	}
+	if cmd.IdempotencyKey == "" {
+		return Result{}, payloadError("idempotency_key: missing or empty")
+	}
+	body, err := quickBooksBody(cfg, cmd, cmd.Document)
+	if err != nil {
+		return Result{}, err
+	}
+	auth, err := bearer(NameQuickBooks, cred)
+	if err != nil {
+		return Result{}, err
+	}
+	res, ans, err := q.post(ctx, cfg, auth, QuickBooksRequestID(cmd.IdempotencyKey), body, cred)
+	if err == nil || cmd.Document == nil || !ans.hasCode(quickBooksStaleObject) {
+		return res, err
+	}
+
+	// Stale SyncToken: someone changed the purchase order since we last
+	// wrote it. Read its current SyncToken and send the same update once
+	// more, under a requestid of its own (QuickBooks would replay the stale
+	// answer for the first one).
+	token, err := q.syncToken(ctx, cfg, auth, cmd.Document.ID, cred)
+	if err != nil {
+		return Result{}, err
+	}
+	doc := &Document{ID: cmd.Document.ID, SyncToken: token}
+	if body, err = quickBooksBody(cfg, cmd, doc); err != nil {
+		return Result{}, err
+	}
+	res, ans, err = q.post(ctx, cfg, auth, QuickBooksRequestID(cmd.IdempotencyKey+"#synctoken="+token), body, cred)
+	if err != nil && ans.hasCode(quickBooksStaleObject) {
+		// Changed again meanwhile: a later attempt reads it anew.
+		var perr *Error
+		if errors.As(err, &perr) {
+			perr.Kind = Retryable
+		}
+	}
+	return res, err
+}
+
+// url returns {apiBaseUrl}/v3/company/{realmId}/{rest} with query q and
+// minorversion.
+func (cfg QuickBooksConnectionConfig) url(rest string, q url.Values) *url.URL {
+	u := *cfg.APIBaseURL
+	u.Path += "/v3/company/" + url.PathEscape(cfg.RealmID) + "/" + rest
+	q.Set("minorversion", strconv.Itoa(cfg.MinorVersion))
+	u.RawQuery = q.Encode()
+	return &u
+}
+
+func (q *QuickBooks) header(auth string) http.Header {
+	h := http.Header{}
+	h.Set("Authorization", auth)
+	h.Set("Accept", "application/json")
+	h.Set("User-Agent", "integration-outbox-quickbooks/1")
+	return h
+}
+
+// post sends a purchase order (create or sparse update) and interprets the
+// answer; the decoded answer lets the caller look at its fault codes.
+func (q *QuickBooks) post(ctx context.Context, cfg QuickBooksConnectionConfig, auth, requestID string, body []byte,
+	cred credential.Credential) (Result, qboAnswer, error) {
+	h := q.header(auth)
+	h.Set("Content-Type", "application/json")
+	a, err := q.c.do(ctx, http.MethodPost, cfg.url("purchaseorder", url.Values{"requestid": {requestID}}), "apiBaseUrl", h, body, cred)
+	if err != nil {
+		return Result{}, qboAnswer{}, err
+	}
+	ans := decodeQBOAnswer(a.body)
+	if err := q.failure(a, ans, cred); err != nil {
+		return Result{}, ans, err
+	}
+	po := ans.PurchaseOrder
+	if po == nil || po.ID == "" || len(po.ID) > maxExternalIDBytes {
+		// Taken, but we cannot tell what it created: the same requestid
+		// gets the same answer.
+		return Result{}, ans, redactError(&Error{Kind: Retryable, StatusCode: a.status, Message: fmt.Sprintf(
+			"quickbooks answered %d without a PurchaseOrder Id: %s", a.status, quoteBody(a.body, cred))}, cred)
+	}
+	return Result{Status: StatusCompleted, ExternalID: po.ID, StatusCode: a.status,
+		Document: &Document{ID: po.ID, SyncToken: po.SyncToken}}, ans, nil
+}
+
+// syncToken reads the current SyncToken of purchase order id.
+func (q *QuickBooks) syncToken(ctx context.Context, cfg QuickBooksConnectionConfig, auth, id string, cred credential.Credential) (string, error) {
+	a, err := q.c.do(ctx, http.MethodGet, cfg.url("purchaseorder/"+url.PathEscape(id), url.Values{}), "apiBaseUrl", q.header(auth), nil, cred)
+	if err != nil {
+		return "", err
+	}
+	ans := decodeQBOAnswer(a.body)
+	if err := q.failure(a, ans, cred); err != nil {
+		err.Message = "reading the purchase order's SyncToken: " + err.Message
+		return "", err
+	}
+	if ans.PurchaseOrder == nil || ans.PurchaseOrder.SyncToken == "" {
+		return "", redactError(&Error{Kind: Retryable, StatusCode: a.status, Message: fmt.Sprintf(
+			"quickbooks answered %d to reading purchase order %s without a SyncToken", a.status, id)}, cred)
+	}
+	return ans.PurchaseOrder.SyncToken, nil
+}
+
+// qboAnswer is what we read of QuickBooks' answers: the purchase order, or
+// a Fault (keys match case-insensitively: the authentication faults come
+// as "fault"/"error"/"message").
+type qboAnswer struct {
+	PurchaseOrder *struct {
+		ID        string `json:"Id"`
+		SyncToken string `json:"SyncToken"`
+	} `json:"PurchaseOrder"`
+	Fault *struct {
+		Type  string `json:"type"`
+		Error []struct {
+			Message string `json:"Message"`
+			Detail  string `json:"Detail"`
+			Code    string `json:"code"`
+			Element string `json:"element"`
+		} `json:"Error"`
+	} `json:"Fault"`
+}
+
+func decodeQBOAnswer(body []byte) qboAnswer {
+	var a qboAnswer
+	_ = json.Unmarshal(body, &a) // an answer we cannot read is quoted instead
+	return a
+}
+
+func (a qboAnswer) hasCode(code string) bool {
+	if a.Fault == nil {
+		return false
+	}
+	for _, e := range a.Fault.Error {
+		if e.Code == code {
+			return true
+		}
+	}
+	return false
+}
+
+// faultText is the Fault's errors as "code message: detail; …".
+func (a qboAnswer) faultText() string {
+	if a.Fault == nil {
+		return ""
+	}
+	var parts []string
+	for _, e := range a.Fault.Error {
+		s := strings.TrimSpace(e.Code + " " + e.Message)
+		if e.Detail != "" && e.Detail != e.Message {
+			s += ": " + e.Detail
+		}
+		parts = append(parts, s)
+	}
+	text := strings.Join(parts, "; ")
+	if a.Fault.Type != "" {
+		text = a.Fault.Type + ": " + text
+	}
+	return text
+}
+
+// failure classifies an answer that is not a success: a non-2xx status,
+// or a Fault in a 2xx, which is classified by its type as the status it
+// stands for would be. nil means success.
+func (q *QuickBooks) failure(a answer, ans qboAnswer, cred credential.Credential) *Error {
+	ok := a.status >= 200 && a.status < 300
+	if ok && ans.Fault == nil {
+		return nil
+	}
+	detail := ans.faultText()
+	if detail != "" {
+		detail = quoteBody([]byte(detail), cred)
+	}
+	if !ok {
+		return q.c.statusError(a, detail, cred)
+	}
+	as := a
+	switch t := strings.ToLower(ans.Fault.Type); {
+	case strings.Contains(t, "authentication"):
+		as.status = http.StatusUnauthorized
+	case strings.Contains(t, "authorization"):
+		as.status = http.StatusForbidden
+	case strings.Contains(t, "system"):
+		as.status = http.StatusInternalServerError
+	default: // ValidationFault and anything else: the provider refused it
+		as.status = http.StatusBadRequest
+	}
+	e := q.c.statusError(as, detail, cred)
+	e.StatusCode = a.status
+	e.Message = fmt.Sprintf("quickbooks answered %d with a Fault: %s", a.status, detail)
+	return redactError(e, cred)
+}

@@ -1,0 +1,295 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"integration-outbox/internal/credential"
+)
+
+// Xero defaults (config_json apiBaseUrl, tokenUrl, status).
+const (
+	DefaultXeroAPIBaseURL = "https://api.xero.com/api.xro/2.0"
+	DefaultXeroTokenURL   = "https://identity.xero.com/connect/token"
+	defaultXeroStatus     = "SUBMITTED"
+)
+
+// xeroMaxIdempotencyKey is the longest Idempotency-Key Xero takes.
+const xeroMaxIdempotencyKey = 128
+
+// Xero is the "xero" provider: it creates a purchase order in the
+// connection's Xero organisation (its tenant) and, on a later push of the
+// same order, updates that purchase order (docs/providers.md). It is safe
+// for concurrent use.
+type Xero struct {
+	c accountingClient
+}
+
+// NewXero returns the Xero provider. Zero fields of cfg take their defaults.
+func NewXero(cfg AccountingConfig) *Xero {
+	return &Xero{c: newAccountingClient(NameXero, cfg)}
+}
+
+// Name is "xero".
+func (*Xero) Name() string { return NameXero }
+
+// CloseIdleConnections closes the client's idle keep-alive connections.
+func (x *Xero) CloseIdleConnections() { x.c.client.CloseIdleConnections() }
+
+// XeroConnectionConfig is a xero connection's config_json.
+type XeroConnectionConfig struct {
+	TenantID    string
+	AccountCode string // default account of lines without a mapped one
+	Status      string // DRAFT, SUBMITTED (default) or AUTHORISED
+	APIBaseURL  *url.URL
+	TokenURL    *url.URL
+	Limits      Limits
+}
+
+// ParseXeroConfig reads a xero connection's config_json. Keys are
+// case-sensitive; unknown keys are ignored. Every error is ConfigInvalid
+// and names the field.
+func ParseXeroConfig(raw json.RawMessage, allowPrivate bool) (XeroConnectionConfig, error) {
+	fields, err := configFields(raw)
+	if err != nil {
+		return XeroConnectionConfig{}, err
+	}
+	var c XeroConnectionConfig
+	if c.TenantID, err = configString(fields, "tenantId"); err != nil {
+		return c, err
+	}
+	if c.TenantID == "" {
+		return c, configError("tenantId", "required")
+	}
+	if c.AccountCode, err = configString(fields, "accountCode"); err != nil {
+		return c, err
+	}
+	if c.Status, err = configString(fields, "status"); err != nil {
+		return c, err
+	}
+	switch c.Status {
+	case "":
+		c.Status = defaultXeroStatus
+	case "DRAFT", "SUBMITTED", "AUTHORISED":
+	default:
+		return c, configError("status", "%q is not DRAFT, SUBMITTED or AUTHORISED", c.Status)
+	}
+	if c.APIBaseURL, err = configURL(fields, "apiBaseUrl", DefaultXeroAPIBaseURL, allowPrivate); err != nil {
+		return c, err
+	}
+	if c.TokenURL, err = configURL(fields, "tokenUrl", DefaultXeroTokenURL, allowPrivate); err != nil {
+		return c, err
+	}
+	c.Limits, _ = DefaultLimits(NameXero)
+	if err := limitsFrom(fields, &c.Limits); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// Xero's request body, in its field names (testdata/xero_purchase_orders.schema.json).
+type (
+	xeroPurchaseOrders struct {
+		PurchaseOrders []xeroPurchaseOrder `json:"PurchaseOrders"`
+	}
+	xeroPurchaseOrder struct {
+		PurchaseOrderID string         `json:"PurchaseOrderID,omitempty"`
+		Contact         xeroContact    `json:"Contact"`
+		Reference       string         `json:"Reference,omitempty"`
+		CurrencyCode    string         `json:"CurrencyCode"`
+		Date            string         `json:"Date,omitempty"`
+		Status          string         `json:"Status"`
+		LineItems       []xeroLineItem `json:"LineItems"`
+	}
+	xeroContact struct {
+		ContactID string `json:"ContactID"`
+	}
+	xeroLineItem struct {
+		Description string      `json:"Description"`
+		Quantity    json.Number `json:"Quantity"`
+		UnitAmount  json.Number `json:"UnitAmount"`
+		AccountCode string      `json:"AccountCode,omitempty"`
+		ItemCode    string      `json:"ItemCode,omitempty"`
+	}
+)
+
+// XeroIdempotencyKey is the Idempotency-Key sent for our key: the key
+// itself, or "io-" and its SHA-256 hex when it is longer than Xero's 128
+// characters.
+func XeroIdempotencyKey(key string) string {
+	return deriveKey(key, "io-", xeroMaxIdempotencyKey)
+}
+
+// xeroBody builds the request body of cmd for a connection with cfg.
+func xeroBody(cfg XeroConnectionConfig, cmd PurchaseOrderPush) ([]byte, error) {
+	if !isGUID(cmd.ExternalSupplierID) {
+		return nil, payloadError("payload_json.externalSupplierId: %q is not a Xero ContactID (a GUID)", cmd.ExternalSupplierID)
+	}
+	o, err := parseOrder(cmd.PurchaseOrder)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := currencyOf(o.CurrencyCode)
+	if err != nil {
+		return nil, err
+	}
+	items, err := itemMappings(cmd.Payload)
+	if err != nil {
+		return nil, err
+	}
+	po := xeroPurchaseOrder{Contact: xeroContact{ContactID: cmd.ExternalSupplierID}, Reference: o.OrderNumber,
+		CurrencyCode: cur.code, Date: orderDate(o.CreatedAt), Status: cfg.Status}
+	if cmd.Document != nil {
+		po.PurchaseOrderID = cmd.Document.ID
+	}
+	for _, l := range o.Items {
+		m := items[l.StockItemID]
+		line := xeroLineItem{Description: lineDescription(l, m), ItemCode: m.ItemCode, AccountCode: m.AccountCode}
+		if line.AccountCode == "" && line.ItemCode == "" {
+			line.AccountCode = cfg.AccountCode
+		}
+		if line.AccountCode == "" && line.ItemCode == "" {
+			return nil, payloadError("stock item %s: no itemCode or accountCode in payload_json.items and no config_json.accountCode", l.StockItemID)
+		}
+		if line.Quantity, err = quantity(l.Quantity); err != nil {
+			return nil, err
+		}
+		unit, err := cur.amount(l.UnitPriceMinor)
+		if err != nil {
+			return nil, err
+		}
+		line.UnitAmount = json.Number(unit)
+		po.LineItems = append(po.LineItems, line)
+	}
+	body, err := json.Marshal(xeroPurchaseOrders{PurchaseOrders: []xeroPurchaseOrder{po}})
+	if err != nil {
+		return nil, payloadError("encoding the Xero purchase order: %v", err)
+	}
+	return body, nil
+}
+
+// PushPurchaseOrder creates the order in Xero, or updates the purchase
+// order an earlier push created (cmd.Document). Every failure is an *Error
+// whose text never contains a value of cred.
+func (x *Xero) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
+	cfg, err := ParseXeroConfig(conn.Config, x.c.cfg.AllowPrivateNetworks)
+	if err != nil {
+		return Result{}, err
+	}
+	if cmd.IdempotencyKey == "" {
+		return Result{}, payloadError("idempotency_key: missing or empty")
+	}
+	body, err := xeroBody(cfg, cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	auth, err := bearer(NameXero, cred)
+	if err != nil {
+		return Result{}, err
+	}
+	// Create: POST /PurchaseOrders with summarizeErrors=false (a validation
+	// error comes back per order in a 200). Update: POST
+	// /PurchaseOrders/{PurchaseOrderID}, Xero's documented update of one
+	// purchase order. unitdp=4 keeps unit amounts of three-decimal
+	// currencies whole.
+	target := *cfg.APIBaseURL
+	q := url.Values{"unitdp": {"4"}}
+	if cmd.Document != nil {
+		target.Path += "/PurchaseOrders/" + url.PathEscape(cmd.Document.ID)
+	} else {
+		target.Path += "/PurchaseOrders"
+		q.Set("summarizeErrors", "false")
+	}
+	target.RawQuery = q.Encode()
+	h := http.Header{}
+	h.Set("Authorization", auth)
+	h.Set("xero-tenant-id", cfg.TenantID)
+	h.Set("Idempotency-Key", XeroIdempotencyKey(cmd.IdempotencyKey))
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json")
+	h.Set("User-Agent", "integration-outbox-xero/1")
+	a, err := x.c.do(ctx, http.MethodPost, &target, "apiBaseUrl", h, body, cred)
+	if err != nil {
+		return Result{}, err
+	}
+	return x.interpret(a, cred)
+}
+
+// xeroAnswer is what we read of Xero's answers: the purchase orders of a
+// 200, the Error of a 400, the problem of a 401/403.
+type xeroAnswer struct {
+	PurchaseOrders []struct {
+		PurchaseOrderID       string
+		StatusAttributeString string
+		ValidationErrors      []struct{ Message string }
+	}
+	Type     *string
+	Message  string
+	Elements []struct {
+		ValidationErrors []struct{ Message string }
+	}
+	Title  string
+	Detail string
+}
+
+// interpret maps Xero's answer to a Result or an *Error.
+func (x *Xero) interpret(a answer, cred credential.Credential) (Result, error) {
+	var ans xeroAnswer
+	_ = json.Unmarshal(a.body, &ans) // an answer we cannot read is quoted instead
+	if a.status >= 200 && a.status < 300 {
+		if len(ans.PurchaseOrders) == 0 || ans.PurchaseOrders[0].PurchaseOrderID == "" && len(ans.PurchaseOrders[0].ValidationErrors) == 0 {
+			// Xero took the call but we cannot tell what it created: a retry
+			// with the same Idempotency-Key gets the same answer.
+			return Result{}, redactError(&Error{Kind: Retryable, StatusCode: a.status,
+				Message: fmt.Sprintf("xero answered %d without a PurchaseOrderID: %s", a.status, quoteBody(a.body, cred))}, cred)
+		}
+		po := ans.PurchaseOrders[0]
+		if len(po.ValidationErrors) > 0 || po.StatusAttributeString == "ERROR" {
+			var msgs []string
+			for _, v := range po.ValidationErrors {
+				msgs = append(msgs, v.Message)
+			}
+			return Result{}, redactError(&Error{Kind: Rejected, StatusCode: a.status,
+				Message: "xero refused the purchase order: " + quoteBody([]byte(strings.Join(msgs, "; ")), cred)}, cred)
+		}
+		id := po.PurchaseOrderID
+		if !isGUID(id) {
+			return Result{}, redactError(&Error{Kind: Retryable, StatusCode: a.status,
+				Message: "xero answered a PurchaseOrderID that is not a GUID: " + quoteBody([]byte(id), cred)}, cred)
+		}
+		return Result{Status: StatusCompleted, ExternalID: id, StatusCode: a.status, Document: &Document{ID: id}}, nil
+	}
+
+	var detail string
+	switch {
+	case len(ans.Elements) > 0:
+		var msgs []string
+		for _, el := range ans.Elements {
+			for _, v := range el.ValidationErrors {
+				msgs = append(msgs, v.Message)
+			}
+		}
+		detail = strings.Join(msgs, "; ")
+		if ans.Type != nil && *ans.Type != "" {
+			detail = *ans.Type + ": " + detail
+		}
+	case ans.Message != "":
+		detail = ans.Message
+	case ans.Detail != "" || ans.Title != "":
+		detail = strings.TrimPrefix(ans.Title+": "+ans.Detail, ": ")
+	}
+	if detail != "" {
+		detail = quoteBody([]byte(detail), cred)
+	}
+	e := x.c.statusError(a, detail, cred)
+	if a.status == http.StatusTooManyRequests {
+		if problem := a.header.Get("X-Rate-Limit-Problem"); problem != "" {
+			e.Message += " (rate limit: " + quoteBody([]byte(problem), cred) + ")"
+		}
+	}
+	return Result{}, e
+}
