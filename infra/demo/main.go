@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -84,6 +85,11 @@ func run() error {
 		return err
 	}
 	defer recv.close()
+	xero, err := startXeroStandIn()
+	if err != nil {
+		return err
+	}
+	defer xero.close()
 
 	logPath := filepath.Join(os.TempDir(), "integration-outbox-demo.log")
 	logFile, err := os.Create(logPath)
@@ -112,8 +118,8 @@ func run() error {
 	}
 	defer a.Close()
 
-	fmt.Println("· seeding three organizations with purchase orders")
-	orgs, err := seed(ctx, a.Pool, secretsmanager.NewFromConfig(a.AWS), recv.url)
+	fmt.Println("· seeding four organizations with purchase orders")
+	orgs, err := seed(ctx, a.Pool, secretsmanager.NewFromConfig(a.AWS), recv.url, xero.url)
 	if err != nil {
 		return err
 	}
@@ -126,20 +132,50 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// The push function drains the queue while dispatch runs, as Lambda's
+	// SQS event source would: a dispatch run that sent a command with
+	// another command of the same order behind it waits for its result and
+	// then sends the next one (per-entity order).
+	type drained struct {
+		batches, failures int
+		err               error
+	}
+	dispatching := make(chan struct{})
+	done := make(chan drained, 1)
+	go func() {
+		var d drained
+		for {
+			b, f, err := drain(ctx, sqs.NewFromConfig(a.AWS), queueURL, worker.Handle)
+			d.batches, d.failures, d.err = d.batches+b, d.failures+f, err
+			select {
+			case <-dispatching:
+			default:
+				if err == nil {
+					continue
+				}
+			}
+			if err == nil { // dispatch is over: one last pass for what it sent at the end
+				b, f, err = drain(ctx, sqs.NewFromConfig(a.AWS), queueURL, worker.Handle)
+				d.batches, d.failures, d.err = d.batches+b, d.failures+f, err
+			}
+			done <- d
+			return
+		}
+	}()
 	summary, err := dispatcher.Handle(ctx, json.RawMessage(`{}`))
+	close(dispatching)
+	d := <-done
 	if err != nil {
 		return fmt.Errorf("dispatch: %w", err)
 	}
+	if d.err != nil {
+		return d.err
+	}
 	out, _ := json.Marshal(summary)
 	fmt.Printf("· dispatch → %s\n", out)
+	fmt.Printf("· push-purchase-order drained the queue meanwhile: %d SQS batches, %d batch item failures\n\n", d.batches, d.failures)
 
-	batches, failures, err := drain(ctx, sqs.NewFromConfig(a.AWS), queueURL, worker.Handle)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("· drained the queue through push-purchase-order: %d SQS batches, %d batch item failures\n\n", batches, failures)
-
-	if err := report(ctx, a.Pool, orgs, recv); err != nil {
+	if err := report(ctx, a.Pool, orgs, recv, xero); err != nil {
 		return err
 	}
 	fmt.Printf("\nJSON logs of the handlers: %s\nDone in %s.\n", logPath, time.Since(started).Round(100*time.Millisecond))
@@ -265,25 +301,109 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 
 func (r *receiver) close() { r.srv.Close() }
 
+// xeroStandIn is a LOCAL STAND-IN of Xero's accounting API, for the demo
+// only: it answers POST /api.xro/2.0/PurchaseOrders (create) and
+// /PurchaseOrders/{id} (update) the way Xero's reference documents, checks
+// the bearer token and the tenant header, and counts what it got. It is not
+// Xero; the provider's tests replay Xero's documented answers
+// (internal/provider/testdata/xero).
+type xeroStandIn struct {
+	url    string
+	srv    *http.Server
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+const (
+	demoXeroTenant      = "4a3c1f0e-7b2d-4c5e-9f8a-1b2c3d4e5f60"
+	demoXeroAccessToken = "demo-xero-access-token"
+)
+
+func startXeroStandIn() (*xeroStandIn, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	x := &xeroStandIn{url: "http://" + l.Addr().String(), counts: map[string]int{}}
+	x.srv = &http.Server{Handler: http.HandlerFunc(x.serve), ReadHeaderTimeout: 5 * time.Second}
+	go x.srv.Serve(l)
+	return x, nil
+}
+
+func (x *xeroStandIn) serve(w http.ResponseWriter, req *http.Request) {
+	count := func(what string) {
+		x.mu.Lock()
+		x.counts[what]++
+		x.mu.Unlock()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if req.Header.Get("Authorization") != "Bearer "+demoXeroAccessToken || req.Header.Get("xero-tenant-id") != demoXeroTenant {
+		count("401 Unauthorized")
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, `{"Title":"Unauthorized","Status":401,"Detail":"AuthenticationUnsuccessful"}`)
+		return
+	}
+	id, update := strings.CutPrefix(req.URL.Path, "/api.xro/2.0/PurchaseOrders/")
+	if req.Method != http.MethodPost || (!update && req.URL.Path != "/api.xro/2.0/PurchaseOrders") {
+		count("404 Not Found")
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
+	var body struct {
+		PurchaseOrders []struct {
+			Reference string
+			Status    string
+			LineItems []json.RawMessage
+		}
+	}
+	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&body); err != nil || len(body.PurchaseOrders) != 1 {
+		count("400 Bad Request")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"Type":"ValidationException","Message":"A validation exception occurred","Elements":[]}`)
+		return
+	}
+	if update {
+		count("200 OK (update)")
+	} else {
+		id = newUUID()
+		count("200 OK (create)")
+	}
+	po := body.PurchaseOrders[0]
+	fmt.Fprintf(w, `{"Status":"OK","PurchaseOrders":[{"PurchaseOrderID":%q,"Reference":%q,"Status":%q,"LineItems":%d}]}`,
+		id, po.Reference, po.Status, len(po.LineItems))
+}
+
+func (x *xeroStandIn) close() { x.srv.Close() }
+
+// newUUID is a random version-4 UUID.
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
 type org struct {
 	name string
 	id   string
 }
 
-// seed writes three tenants: Acme pushes to the webhook receiver with a
+// seed writes four tenants: Acme pushes to the webhook receiver with a
 // signed, tagged secret (orders that succeed, one rejected, one failing);
 // Globex uses the sandbox provider (one answer "accepted"); Initech has a
-// location-scoped connection and one command type nobody handles.
-func seed(ctx context.Context, pool *pgxpool.Pool, sm *secretsmanager.Client, webhookURL string) ([]org, error) {
+// location-scoped connection and one command type nobody handles; Umbrella
+// pushes to Xero (the local stand-in) with an OAuth2 secret, one order twice
+// (the second push updates the purchase order the first created).
+func seed(ctx context.Context, pool *pgxpool.Pool, sm *secretsmanager.Client, webhookURL, xeroURL string) ([]org, error) {
 	var orgs []org
-	for _, name := range []string{"acme", "globex", "initech"} {
+	for _, name := range []string{"acme", "globex", "initech", "umbrella"} {
 		var id string
 		if err := pool.QueryRow(ctx, `select gen_random_uuid()::text`).Scan(&id); err != nil {
 			return nil, err
 		}
 		orgs = append(orgs, org{name: name, id: id})
 	}
-	acme, globex, initech := orgs[0].id, orgs[1].id, orgs[2].id
+	acme, globex, initech, umbrella := orgs[0].id, orgs[1].id, orgs[2].id, orgs[3].id
 	secretName := "integrations/demo/acme-erp-" + acme[:8]
 	_, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{
 		Name:         aws.String(secretName),
@@ -292,6 +412,17 @@ func seed(ctx context.Context, pool *pgxpool.Pool, sm *secretsmanager.Client, we
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the demo secret: %w", err)
+	}
+	xeroSecret := "integrations/demo/umbrella-xero-" + umbrella[:8]
+	oauth, _ := json.Marshal(map[string]string{"clientId": "demo-client", "clientSecret": "demo-client-secret",
+		"refreshToken": "demo-refresh-token", "accessToken": demoXeroAccessToken,
+		"accessTokenExpiresAt": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)})
+	if _, err := sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{
+		Name:         aws.String(xeroSecret),
+		SecretString: aws.String(string(oauth)),
+		Tags:         []smtypes.Tag{{Key: aws.String("organization_id"), Value: aws.String(umbrella)}},
+	}); err != nil {
+		return nil, fmt.Errorf("creating the demo Xero secret: %w", err)
 	}
 	location := newID(ctx, pool)
 	otherLocation := newID(ctx, pool)
@@ -351,6 +482,14 @@ func seed(ctx context.Context, pool *pgxpool.Pool, sm *secretsmanager.Client, we
 	command(initech, initechConn, "webhook", "push_purchase_order", order(initech, location, 2), "SUP-300")
 	command(initech, initechConn, "webhook", "push_purchase_order", order(initech, otherLocation, 2), "SUP-300")
 	command(initech, initechConn, "webhook", "push_invoice", order(initech, location, 1), "SUP-300")
+	xeroConn := conn(umbrella, "", "xero", xeroSecret, map[string]string{"tenantId": demoXeroTenant, "accountCode": "300",
+		"apiBaseUrl": xeroURL + "/api.xro/2.0", "tokenUrl": xeroURL + "/connect/token"})
+	const xeroContact = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+	twice := order(umbrella, "", 2)
+	command(umbrella, xeroConn, "xero", "push_purchase_order", twice, xeroContact)
+	command(umbrella, xeroConn, "xero", "push_purchase_order", order(umbrella, "", 3), xeroContact)
+	command(umbrella, xeroConn, "xero", "push_purchase_order", twice, xeroContact) // amended: updates the first
+	command(umbrella, xeroConn, "xero", "push_purchase_order", order(umbrella, "", 1), "SUP-NOT-A-GUID")
 	if err != nil {
 		return nil, fmt.Errorf("seeding: %w", err)
 	}
@@ -363,7 +502,7 @@ func newID(ctx context.Context, pool *pgxpool.Pool) string {
 	return id
 }
 
-func report(ctx context.Context, pool *pgxpool.Pool, orgs []org, recv *receiver) error {
+func report(ctx context.Context, pool *pgxpool.Pool, orgs []org, recv *receiver, xero *xeroStandIn) error {
 	names := map[string]string{}
 	var ids []string
 	for _, o := range orgs {
@@ -424,5 +563,17 @@ func report(ctx context.Context, pool *pgxpool.Pool, orgs []org, recv *receiver)
 	}
 	fmt.Printf("  %-28s %d (bearer token + X-Outbox-Signature)\n", "signed", recv.signed)
 	fmt.Printf("  %-28s %d\n", "total", total)
+
+	xero.mu.Lock()
+	defer xero.mu.Unlock()
+	fmt.Println("\nRequests the LOCAL STAND-IN of Xero's API got (umbrella; not Xero):")
+	answers = answers[:0]
+	for a := range xero.counts {
+		answers = append(answers, a)
+	}
+	sort.Strings(answers)
+	for _, a := range answers {
+		fmt.Printf("  %-28s %d\n", a, xero.counts[a])
+	}
 	return nil
 }
