@@ -75,11 +75,19 @@ type OAuthConfig struct {
 	// 100ms).
 	Poll time.Duration
 
-	// afterToken, in tests, runs once the token endpoint answered, before
-	// the write-back; errContainerDied makes the refresh stop right there
-	// without releasing its lease, as a container that dies would.
-	afterToken func() error
+	// crash, in tests, runs at each stage of a refresh (stageLeased: the
+	// lease taken, nothing called yet; stageTokenAnswered: the token
+	// endpoint answered, nothing written back); errContainerDied makes the
+	// refresh stop right there without releasing its lease, as a container
+	// that dies would.
+	crash func(stage string) error
 }
+
+// Stages of a refresh, for OAuthConfig.crash.
+const (
+	stageLeased        = "leased"
+	stageTokenAnswered = "token answered"
+)
 
 // errContainerDied stands in, in tests, for a container that dies.
 var errContainerDied = errors.New("container died")
@@ -234,6 +242,11 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection) (Credential,
 		}
 	}()
 
+	if o.died(stageLeased) {
+		release = false
+		return Credential{}, unavailable(c.Reference, errContainerDied)
+	}
+
 	// Another container may have refreshed while we waited for the lease.
 	cur, err := r.reread(ctx, c)
 	if err != nil {
@@ -251,11 +264,9 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection) (Credential,
 		}
 		return Credential{}, unavailable(c.Reference, fmt.Errorf("refreshing the OAuth2 token at %s: %w", endpoint, tokenError(err)))
 	}
-	if o.cfg.afterToken != nil {
-		if err := o.cfg.afterToken(); errors.Is(err, errContainerDied) {
-			release = false
-			return Credential{}, unavailable(c.Reference, err)
-		}
+	if o.died(stageTokenAnswered) {
+		release = false
+		return Credential{}, unavailable(c.Reference, errContainerDied)
 	}
 
 	g := *cur.credential.OAuth
@@ -277,6 +288,11 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection) (Credential,
 	r.log.InfoContext(ctx, "OAuth2 access token refreshed and written back", "connectionId", c.ID,
 		"organizationId", c.OrganizationID, "reference", c.Reference, "expiresAt", g.AccessTokenExpiresAt)
 	return cur.credential, nil
+}
+
+// died reports whether a test has the container die at stage.
+func (o *oauthRefresher) died(stage string) bool {
+	return o.cfg.crash != nil && errors.Is(o.cfg.crash(stage), errContainerDied)
 }
 
 // exchange calls the token endpoint with g's refresh token

@@ -236,7 +236,12 @@ func TestOAuthContainerDiesBeforeWriteBack(t *testing.T) {
 	}
 	cfg := OAuthConfig{Lease: time.Second, Wait: 3 * time.Second}
 	dying := cfg
-	dying.afterToken = func() error { return errContainerDied }
+	dying.crash = func(stage string) error {
+		if stage == stageTokenAnswered {
+			return errContainerDied
+		}
+		return nil
+	}
 	a := f.container(t, nil, dying)
 	b := f.container(t, nil, cfg)
 	c := f.container(t, nil, cfg)
@@ -317,5 +322,56 @@ func TestOAuthContainerDiesBeforeWriteBack(t *testing.T) {
 		if err != nil || !f.server.active(cred.Token.Reveal()) {
 			t.Errorf("after reconnecting: err = %v, or the server refuses the token", err)
 		}
+	}
+}
+
+// TestOAuthContainerDiesHoldingTheLease: a container dies after taking the
+// lease, before any token call. The others wait for the lease to expire,
+// then one of them refreshes with the stored refresh token, which the
+// server never saw spent: no reauthorization, one refresh, one write-back.
+func TestOAuthContainerDiesHoldingTheLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setupOAuth(t, time.Hour)
+	g, _ := f.storedGrant(t)
+	g.AccessTokenExpiresAt = time.Now().Add(-time.Minute).Truncate(time.Second)
+	if _, err := f.sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
+		SecretId: aws.String(f.arn), SecretString: aws.String(g.secretString())}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := OAuthConfig{Lease: time.Second, Wait: 3 * time.Second}
+	dying := cfg
+	dying.crash = func(stage string) error {
+		if stage == stageLeased {
+			return errContainerDied
+		}
+		return nil
+	}
+	a := f.container(t, nil, dying)
+	if _, err := a.ResolveConnection(ctx, f.conn); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("dying container: err = %v, want ErrUnavailable", err)
+	}
+	puts := f.writes.puts.Load()
+	var wg sync.WaitGroup
+	for range 3 {
+		r := f.container(t, nil, cfg)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cred, err := r.ResolveConnection(ctx, f.conn)
+			if err != nil || !f.server.active(cred.Token.Reveal()) {
+				t.Errorf("after the lease expired: err = %v, or the server refuses the token", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := f.server.refreshes.Load(); n != 1 {
+		t.Errorf("%d refreshes, want 1", n)
+	}
+	if n := f.writes.puts.Load() - puts; n != 1 {
+		t.Errorf("%d write-backs, want 1", n)
+	}
+	if n := f.server.refused.Load(); n != 0 {
+		t.Errorf("the server refused %d refresh tokens", n)
 	}
 }
