@@ -19,7 +19,8 @@ create table if not exists integration_outbox_oauth_token_leases (
     taken_at timestamptz not null default now()
 );
 
--- One row per OAuth2 connection whose grant the provider refused.
+-- One row per OAuth2 connection whose grant the provider refused once (a
+-- few rows: the dispatcher's check reads them all, no index needed).
 -- needs_reauthorization_since null: authorized. secret_version_id is the
 -- secret version that was refused: a new version (the host reconnected)
 -- clears the state.
@@ -32,9 +33,6 @@ create table if not exists integration_outbox_connection_authorization (
     last_error text,
     updated_at timestamptz not null default now()
 );
-create index if not exists integration_outbox_connection_authorization_needs_idx
-    on integration_outbox_connection_authorization (connection_id)
-    where needs_reauthorization_since is not null;
 
 -- +goose Down
 set local lock_timeout = '5s';
