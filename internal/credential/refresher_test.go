@@ -375,3 +375,81 @@ func TestOAuthContainerDiesHoldingTheLease(t *testing.T) {
 		t.Errorf("the server refused %d refresh tokens", n)
 	}
 }
+
+// TestOAuthRefusedTokenIsRefreshedOnce: the secret holds an access token
+// that is not expired by the clock but that the server refuses (revoked,
+// or issued by another grant). After the provider's 401 the worker
+// invalidates it; the next resolve must not hand out the same token but
+// refresh it: one token call, one write-back, and a token the server
+// accepts. A second container whose own token was refused meanwhile uses
+// the one just written back.
+func TestOAuthRefusedTokenIsRefreshedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setupOAuth(t, time.Hour)
+	g, _ := f.storedGrant(t)
+	g.AccessToken = NewSecret("not-a-token-the-server-issued")
+	g.AccessTokenExpiresAt = time.Now().Add(time.Hour).Truncate(time.Second)
+	if _, err := f.sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
+		SecretId: aws.String(f.arn), SecretString: aws.String(g.secretString())}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := f.container(t, nil, OAuthConfig{}), f.container(t, nil, OAuthConfig{})
+	for _, r := range []*Resolver{a, b} {
+		cred, err := r.ResolveConnection(ctx, f.conn)
+		if err != nil || cred.Token.Reveal() != "not-a-token-the-server-issued" {
+			t.Fatalf("first resolve = %v: want the stored token, fresh by the clock", err)
+		}
+	}
+	for _, r := range []*Resolver{a, b} {
+		r.Invalidate(f.conn.Reference) // the provider answered 401
+		cred, err := r.ResolveConnection(ctx, f.conn)
+		if err != nil || !f.server.active(cred.Token.Reveal()) {
+			t.Fatalf("resolve after the 401: err = %v, or the server refuses the token", err)
+		}
+	}
+	if n, w := f.server.refreshes.Load(), f.writes.puts.Load(); n != 1 || w != 1 {
+		t.Errorf("%d token calls and %d write-backs, want 1 each", n, w)
+	}
+}
+
+// TestOAuthWriteBackIsIdempotent: a write-back retried with the same
+// ClientRequestToken (its answer was lost) creates no second version.
+func TestOAuthWriteBackIsIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sm := newClient(motoURL)
+	_, arn := testenv.CreateSecret(t, sm, testenv.SecretName(t, ""), `{"clientId":"c","clientSecret":"s","refreshToken":"r0"}`, "")
+	o := &oauthRefresher{cfg: OAuthConfig{Secrets: sm}}
+	g := OAuthGrant{ClientID: "c", ClientSecret: NewSecret("s"), RefreshToken: NewSecret("r1"), AccessToken: NewSecret("a1"),
+		AccessTokenExpiresAt: time.Date(2026, 1, 1, 0, 30, 0, 0, time.UTC)}
+	first, err := o.writeBack(ctx, arn, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := o.writeBack(ctx, arn, g)
+	if err != nil || again != first {
+		t.Errorf("retried write-back = %q, %v; want the same version %q", again, err, first)
+	}
+	out, err := sm.ListSecretVersionIds(ctx, &secretsmanager.ListSecretVersionIdsInput{SecretId: aws.String(arn)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(out.Versions); n != 2 {
+		t.Errorf("%d versions after one refresh written twice, want 2 (the original and the refresh)", n)
+	}
+}
+
+// TestOAuthSecretWithoutRefreshConfigured: a resolver built without a
+// database (a function that does not push) refuses an OAuth2 secret rather
+// than hand out a token it cannot refresh.
+func TestOAuthSecretWithoutRefreshConfigured(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ResolverConfig{})
+	org := "6d1c3a9e-0000-4000-8000-000000000001"
+	name, _ := b.createSecret(t, "", `{"clientId":"c","clientSecret":"s","refreshToken":"r"}`, org)
+	_, err := b.resolver.ResolveConnection(context.Background(), Connection{ID: org, OrganizationID: org, Provider: "xero", Reference: name})
+	if !errors.Is(err, ErrRejected) {
+		t.Errorf("err = %v, want ErrRejected", err)
+	}
+}
