@@ -242,6 +242,11 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection) (Credential,
 		}
 	}()
 
+	// The lease is ours for o.cfg.Lease: what we do under it must end
+	// before another container may take it and present the same refresh
+	// token.
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.Lease)
+	defer cancel()
 	if o.died(stageLeased) {
 		release = false
 		return Credential{}, unavailable(c.Reference, errContainerDied)
