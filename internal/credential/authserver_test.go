@@ -73,8 +73,10 @@ func newAuthServer(t *testing.T, accessLifespan time.Duration) *authServer {
 	return a
 }
 
-// TokenURL is the server's token endpoint.
-func (a *authServer) TokenURL() string { return a.srv.URL + "/token" }
+func (a *authServer) TokenURL() string                       { return a.srv.URL + "/token" }
+func (a *authServer) clientCredentials() (id, secret string) { return a.clientID, a.clientSecret }
+func (a *authServer) refreshCount() int64                    { return a.refreshes.Load() }
+func (a *authServer) refusedCount() int64                    { return a.refused.Load() }
 
 // authorizeEndpoint grants every requested scope to a fixed resource owner:
 // the consent the host's back office collects.

@@ -44,7 +44,7 @@ func (c scaledClock) Now() time.Time { return c.start.Add(time.Since(c.start) * 
 // oauthFixture is one OAuth2 connection: a fosite server, its secret in
 // moto, its row in a migrated database.
 type oauthFixture struct {
-	server *authServer
+	server oauthServer
 	db     *testenv.Fixture
 	conn   Connection
 	arn    string
@@ -52,9 +52,28 @@ type oauthFixture struct {
 	sm     *secretsmanager.Client
 }
 
-func setupOAuth(t *testing.T, accessLifespan time.Duration) *oauthFixture {
+// oauthServer is a real authorization server the tests run: fosite in
+// process (authServer) or Ory Hydra (hydraServer).
+type oauthServer interface {
+	// TokenURL is where connections refresh their tokens.
+	TokenURL() string
+	// connect runs the authorization code flow, as the back office does.
+	connect(t *testing.T) *oauth2.Token
+	// active reports whether the server accepts an access token.
+	active(accessToken string) bool
+	// refreshable reports whether the server honours a refresh token (it
+	// spends it).
+	refreshable(refreshToken string) bool
+	clientCredentials() (id, secret string)
+	// refreshCount counts refresh_token grant requests, refusedCount those
+	// refused with invalid_grant.
+	refreshCount() int64
+	refusedCount() int64
+}
+
+func setupOAuth(t *testing.T, server oauthServer) *oauthFixture {
 	t.Helper()
-	f := &oauthFixture{server: newAuthServer(t, accessLifespan), db: servers.Postgres(t).NewDB(t), sm: newClient(motoURL)}
+	f := &oauthFixture{server: server, db: servers.Postgres(t).NewDB(t), sm: newClient(motoURL)}
 	f.writes = &countingWriter{SecretWriter: f.sm}
 	org := f.db.NewID(t)
 	tok := f.server.connect(t)
@@ -67,8 +86,9 @@ func setupOAuth(t *testing.T, accessLifespan time.Duration) *oauthFixture {
 }
 
 // oauthSecret is the secret the back office writes after the consent flow.
-func oauthSecret(a *authServer, tok *oauth2.Token) string {
-	g := OAuthGrant{ClientID: a.clientID, ClientSecret: NewSecret(a.clientSecret), RefreshToken: NewSecret(tok.RefreshToken),
+func oauthSecret(a oauthServer, tok *oauth2.Token) string {
+	id, secret := a.clientCredentials()
+	g := OAuthGrant{ClientID: id, ClientSecret: NewSecret(secret), RefreshToken: NewSecret(tok.RefreshToken),
 		AccessToken: NewSecret(tok.AccessToken), AccessTokenExpiresAt: tok.Expiry}
 	return g.secretString()
 }
@@ -106,6 +126,40 @@ func (f *oauthFixture) storedGrant(t *testing.T) (OAuthGrant, string) {
 	return *c.OAuth, aws.ToString(out.VersionId)
 }
 
+// dyingContainer is a container that dies at stage of its next refresh.
+func (f *oauthFixture) dyingContainer(t *testing.T, stage string) *Resolver {
+	t.Helper()
+	return f.container(t, nil, OAuthConfig{Lease: time.Second, Wait: 3 * time.Second,
+		crash: func(s string) error {
+			if s == stage {
+				return errContainerDied
+			}
+			return nil
+		}})
+}
+
+// crashAfterTokenCall makes the stored access token stale and has a
+// container refresh it and die before the write-back; it returns another
+// container (1 s lease, 3 s wait), whose next resolve waits for the dead
+// one's lease to expire.
+func (f *oauthFixture) crashAfterTokenCall(t *testing.T) *Resolver {
+	t.Helper()
+	ctx := context.Background()
+	g, _ := f.storedGrant(t)
+	g.AccessTokenExpiresAt = time.Now().Add(-time.Minute).Truncate(time.Second)
+	if _, err := f.sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
+		SecretId: aws.String(f.arn), SecretString: aws.String(g.secretString())}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.dyingContainer(t, stageTokenAnswered).ResolveConnection(ctx, f.conn); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("dying container: err = %v, want ErrUnavailable", err)
+	}
+	if n := f.server.refreshCount(); n != 1 {
+		t.Fatalf("%d refreshes before the crash, want 1", n)
+	}
+	return f.container(t, nil, OAuthConfig{Lease: time.Second, Wait: 3 * time.Second})
+}
+
 // TestOAuthFleetRefreshesOneAtATime: four containers deliver 300 commands
 // of one connection, in bursts of four, over 140 simulated seconds (35 s of wall clock at 4×)
 // while its access token lives 20 simulated seconds. Each command resolves
@@ -126,7 +180,7 @@ func TestOAuthFleetRefreshesOneAtATime(t *testing.T) {
 		speed      = 4
 		lifetime   = 20 * time.Second // simulated, as announced by expires_in
 	)
-	f := setupOAuth(t, lifetime) // the server's own lifetime, by its real clock
+	f := setupOAuth(t, newAuthServer(t, lifetime)) // the server's own lifetime, by its real clock
 	clock := scaledClock{start: time.Now(), speed: speed}
 	// The consent flow's token was stamped by the real clock; restamp it
 	// by the scaled one so that its first refresh is due after a lifetime.
@@ -191,7 +245,7 @@ func TestOAuthFleetRefreshesOneAtATime(t *testing.T) {
 		t.Error(err)
 	}
 	simulated := clock.Now().Sub(firstSimulated)
-	refreshes, writes := f.server.refreshes.Load(), f.writes.puts.Load()
+	refreshes, writes := f.server.refreshCount(), f.writes.puts.Load()
 	t.Logf("%d commands over %s simulated: %d token refreshes, %d write-backs, %d second resolves after a refused token",
 		commands, simulated.Round(time.Second), refreshes, writes, secondResolves.Load())
 
@@ -200,7 +254,7 @@ func TestOAuthFleetRefreshesOneAtATime(t *testing.T) {
 			t.Errorf("command %d done %d times, want once", i, n)
 		}
 	}
-	if n := f.server.refused.Load(); n != 0 {
+	if n := f.server.refusedCount(); n != 0 {
 		t.Errorf("the server refused %d refresh tokens: a spent one was presented and the grant revoked", n)
 	}
 	if limit := int64(simulated/lifetime) + 1; refreshes > limit || refreshes == 0 {
@@ -226,32 +280,10 @@ func TestOAuthFleetRefreshesOneAtATime(t *testing.T) {
 func TestOAuthContainerDiesBeforeWriteBack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := setupOAuth(t, time.Hour)
-	// The stored access token is stale: the next resolve refreshes it.
-	g, _ := f.storedGrant(t)
-	g.AccessTokenExpiresAt = time.Now().Add(-time.Minute).Truncate(time.Second)
-	if _, err := f.sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
-		SecretId: aws.String(f.arn), SecretString: aws.String(g.secretString())}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := OAuthConfig{Lease: time.Second, Wait: 3 * time.Second}
-	dying := cfg
-	dying.crash = func(stage string) error {
-		if stage == stageTokenAnswered {
-			return errContainerDied
-		}
-		return nil
-	}
-	a := f.container(t, nil, dying)
-	b := f.container(t, nil, cfg)
-	c := f.container(t, nil, cfg)
-
-	if _, err := a.ResolveConnection(ctx, f.conn); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("dying container: err = %v, want ErrUnavailable", err)
-	}
-	if n := f.server.refreshes.Load(); n != 1 {
-		t.Fatalf("%d refreshes before the crash, want 1", n)
-	}
+	f := setupOAuth(t, newAuthServer(t, time.Hour))
+	a := f.dyingContainer(t, stageTokenAnswered)
+	b := f.crashAfterTokenCall(t)
+	c := f.container(t, nil, OAuthConfig{Lease: time.Second, Wait: 3 * time.Second})
 	// b waits for a's lease to expire, re-reads the spent refresh token and
 	// presents it: the server revokes the grant.
 	_, err := b.ResolveConnection(ctx, f.conn)
@@ -261,7 +293,7 @@ func TestOAuthContainerDiesBeforeWriteBack(t *testing.T) {
 	if errors.Is(err, ErrRejected) || errors.Is(err, ErrUnavailable) {
 		t.Errorf("err = %v is also ErrRejected or ErrUnavailable", err)
 	}
-	if n := f.server.refused.Load(); n != 1 {
+	if n := f.server.refusedCount(); n != 1 {
 		t.Errorf("the server refused %d refresh tokens, want 1", n)
 	}
 	conflicts := func(status string) int {
@@ -275,7 +307,7 @@ func TestOAuthContainerDiesBeforeWriteBack(t *testing.T) {
 			t.Errorf("later resolve: err = %v, want ErrReauthorizationNeeded", err)
 		}
 	}
-	if n := f.server.refreshes.Load(); n != 2 {
+	if n := f.server.refreshCount(); n != 2 {
 		t.Errorf("%d refreshes, want 2: none once the connection needs reauthorization", n)
 	}
 	if n := conflicts("open"); n != 1 {
@@ -332,7 +364,7 @@ func TestOAuthContainerDiesBeforeWriteBack(t *testing.T) {
 func TestOAuthContainerDiesHoldingTheLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := setupOAuth(t, time.Hour)
+	f := setupOAuth(t, newAuthServer(t, time.Hour))
 	g, _ := f.storedGrant(t)
 	g.AccessTokenExpiresAt = time.Now().Add(-time.Minute).Truncate(time.Second)
 	if _, err := f.sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
@@ -365,13 +397,13 @@ func TestOAuthContainerDiesHoldingTheLease(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n := f.server.refreshes.Load(); n != 1 {
+	if n := f.server.refreshCount(); n != 1 {
 		t.Errorf("%d refreshes, want 1", n)
 	}
 	if n := f.writes.puts.Load() - puts; n != 1 {
 		t.Errorf("%d write-backs, want 1", n)
 	}
-	if n := f.server.refused.Load(); n != 0 {
+	if n := f.server.refusedCount(); n != 0 {
 		t.Errorf("the server refused %d refresh tokens", n)
 	}
 }
@@ -386,7 +418,7 @@ func TestOAuthContainerDiesHoldingTheLease(t *testing.T) {
 func TestOAuthRefusedTokenIsRefreshedOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := setupOAuth(t, time.Hour)
+	f := setupOAuth(t, newAuthServer(t, time.Hour))
 	g, _ := f.storedGrant(t)
 	g.AccessToken = NewSecret("not-a-token-the-server-issued")
 	g.AccessTokenExpiresAt = time.Now().Add(time.Hour).Truncate(time.Second)
@@ -408,7 +440,7 @@ func TestOAuthRefusedTokenIsRefreshedOnce(t *testing.T) {
 			t.Fatalf("resolve after the 401: err = %v, or the server refuses the token", err)
 		}
 	}
-	if n, w := f.server.refreshes.Load(), f.writes.puts.Load(); n != 1 || w != 1 {
+	if n, w := f.server.refreshCount(), f.writes.puts.Load(); n != 1 || w != 1 {
 		t.Errorf("%d token calls and %d write-backs, want 1 each", n, w)
 	}
 }
