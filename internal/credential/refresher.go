@@ -402,7 +402,11 @@ func (o *oauthRefresher) markUnauthorized(ctx context.Context, c Connection, ver
 	why := tokenError(rerr).Error()
 	summary := fmt.Sprintf("The %s connection needs to be reconnected: the provider refused its authorization (%s). Commands for it wait until the connection is reconnected.",
 		c.Provider, cmp.Or(rerr.ErrorCode, "refused"))
-	if _, err := o.cfg.DB.Exec(context.WithoutCancel(ctx), markUnauthorizedSQL, c.ID, c.OrganizationID, c.Reference, versionID, why, summary); err != nil {
+	// Detached from the lease's end: the refusal must be recorded, or the
+	// next container would present the refused grant again.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := o.cfg.DB.Exec(mctx, markUnauthorizedSQL, c.ID, c.OrganizationID, c.Reference, versionID, why, summary); err != nil {
 		return unavailable(c.Reference, fmt.Errorf("recording that the connection needs reauthorization (%s): %w", why, err))
 	}
 	o.r.log.WarnContext(ctx, "OAuth2 grant refused: the connection needs reauthorization", "connectionId", c.ID,
