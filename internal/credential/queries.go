@@ -14,6 +14,11 @@ on conflict (connection_id) do update
     where l.expires_at <= now()
 returning holder`
 
+// leaseHeldSQL reports whether someone holds a connection's lease. $1
+// connection.
+const leaseHeldSQL = `
+select exists (select 1 from integration_outbox_oauth_token_leases where connection_id = $1 and expires_at > now())`
+
 // releaseLeaseSQL ends a lease its holder still has. $1 connection, $2 holder.
 const releaseLeaseSQL = `
 delete from integration_outbox_oauth_token_leases where connection_id = $1 and holder = $2`

@@ -227,6 +227,14 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection) (Credential,
 		case <-ctx.Done():
 			return Credential{}, unavailable(c.Reference, context.Cause(ctx))
 		}
+		// Once the holder let go, what it wrote back is read by every
+		// waiting container at once, without taking the lease in turn.
+		var held bool
+		if err := o.cfg.DB.QueryRow(ctx, leaseHeldSQL, c.ID).Scan(&held); err == nil && !held {
+			if cur, err := r.reread(ctx, c); err == nil && r.usable(c.Reference, *cur.credential.OAuth) {
+				return cur.credential, nil
+			}
+		}
 	}
 	release := true
 	defer func() {
