@@ -1,5 +1,5 @@
 -- OAuth2 connections (xero, quickbooks): the lease that lets one container
--- of the fleet at a time refresh a connection's access token, and the
+-- of the fleet at a time refresh a secret's access token, and the
 -- connections whose grant the provider refused (they need the host to
 -- reconnect them).
 
@@ -8,12 +8,14 @@
 -- timeout is another session's: the run fails and can be repeated.
 set local lock_timeout = '5s';
 
--- One row per connection whose token a container is refreshing or has
--- refreshed. The holder may call the token endpoint until expires_at; no
--- transaction stays open meanwhile. A row whose expires_at has passed is
--- free: its holder finished without releasing it, or died.
+-- One row per OAuth2 secret (its ARN) whose tokens a container is
+-- refreshing: keyed by the secret, not the connection, since connections
+-- that share a secret share its refresh token. The holder may call the
+-- token endpoint until expires_at; no transaction stays open meanwhile. A
+-- row whose expires_at has passed is free: its holder died, or could not
+-- release it.
 create table if not exists integration_outbox_oauth_token_leases (
-    connection_id uuid primary key,
+    secret_id text primary key,
     holder text not null,
     expires_at timestamptz not null,
     taken_at timestamptz not null default now()

@@ -3,25 +3,24 @@ package credential
 // The statements of the OAuth2 token refresh (migration 14). Each runs on
 // its own, in autocommit: no transaction stays open across a token call.
 
-// takeLeaseSQL takes the refresh lease of a connection when nobody holds it
-// or its holder's time is up, and returns the holder; no row: another holder
-// has it. $1 connection, $2 holder, $3 lease length in seconds.
+// takeLeaseSQL takes the refresh lease of a secret when nobody holds it or
+// its holder's time is up, and returns the holder; no row: another holder
+// has it. $1 secret ARN, $2 holder, $3 lease length in seconds.
 const takeLeaseSQL = `
-insert into integration_outbox_oauth_token_leases as l (connection_id, holder, expires_at, taken_at)
+insert into integration_outbox_oauth_token_leases as l (secret_id, holder, expires_at, taken_at)
 values ($1, $2, now() + make_interval(secs => $3::float8), now())
-on conflict (connection_id) do update
+on conflict (secret_id) do update
     set holder = excluded.holder, expires_at = excluded.expires_at, taken_at = excluded.taken_at
     where l.expires_at <= now()
 returning holder`
 
-// leaseHeldSQL reports whether someone holds a connection's lease. $1
-// connection.
+// leaseHeldSQL reports whether someone holds a secret's lease. $1 secret ARN.
 const leaseHeldSQL = `
-select exists (select 1 from integration_outbox_oauth_token_leases where connection_id = $1 and expires_at > now())`
+select exists (select 1 from integration_outbox_oauth_token_leases where secret_id = $1 and expires_at > now())`
 
-// releaseLeaseSQL ends a lease its holder still has. $1 connection, $2 holder.
+// releaseLeaseSQL ends a lease its holder still has. $1 secret ARN, $2 holder.
 const releaseLeaseSQL = `
-delete from integration_outbox_oauth_token_leases where connection_id = $1 and holder = $2`
+delete from integration_outbox_oauth_token_leases where secret_id = $1 and holder = $2`
 
 // authorizationStateSQL reads whether a connection needs reauthorization
 // and the secret version that was refused. $1 connection.

@@ -129,7 +129,8 @@ func newOAuthRefresher(r *Resolver, cfg OAuthConfig) (*oauthRefresher, error) {
 // hold the rows, charge no attempt) and, when the wait ran out or the token
 // endpoint failed, ErrUnavailable.
 func (r *Resolver) ResolveConnection(ctx context.Context, c Connection) (Credential, error) {
-	cred, err := r.Resolve(ctx, c.OrganizationID, c.Reference)
+	e, err := r.resolve(ctx, c.OrganizationID, c.Reference)
+	cred := e.credential
 	if err != nil || cred.OAuth == nil {
 		return cred, err
 	}
@@ -145,7 +146,7 @@ func (r *Resolver) ResolveConnection(ctx context.Context, c Connection) (Credent
 	ch := r.flights.DoChan("oauth\x00"+c.Reference, func() (any, error) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.oauth.cfg.Wait+r.oauth.cfg.Lease)
 		defer cancel()
-		return r.oauth.refresh(fctx, c)
+		return r.oauth.refresh(fctx, c, e.secretID)
 	})
 	select {
 	case res := <-ch:
@@ -197,8 +198,10 @@ func (r *Resolver) reread(ctx context.Context, c Connection) (cacheEntry, error)
 
 // refresh makes c's access token fresh, one container of the fleet at a
 // time. No transaction is open across the token call: the lease is a row
-// taken and released by single statements.
-func (o *oauthRefresher) refresh(ctx context.Context, c Connection) (Credential, error) {
+// taken and released by single statements. The lease is the secret's
+// (secretID, its ARN): connections that share a secret share its refresh
+// token, so they must take turns too.
+func (o *oauthRefresher) refresh(ctx context.Context, c Connection, secretID string) (Credential, error) {
 	r := o.r
 	endpoint, err := tokenURL(c.Provider, c.Config, o.cfg.AllowPrivateNetworks)
 	if err != nil {
@@ -212,7 +215,7 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection) (Credential,
 	waitUntil := time.Now().Add(o.cfg.Wait)
 	for {
 		var got string
-		err := o.cfg.DB.QueryRow(ctx, takeLeaseSQL, c.ID, holder, o.cfg.Lease.Seconds()).Scan(&got)
+		err := o.cfg.DB.QueryRow(ctx, takeLeaseSQL, secretID, holder, o.cfg.Lease.Seconds()).Scan(&got)
 		if err == nil {
 			break
 		}
@@ -230,7 +233,7 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection) (Credential,
 		// Once the holder let go, what it wrote back is read by every
 		// waiting container at once, without taking the lease in turn.
 		var held bool
-		if err := o.cfg.DB.QueryRow(ctx, leaseHeldSQL, c.ID).Scan(&held); err == nil && !held {
+		if err := o.cfg.DB.QueryRow(ctx, leaseHeldSQL, secretID).Scan(&held); err == nil && !held {
 			if cur, err := r.reread(ctx, c); err == nil && r.usable(c.Reference, *cur.credential.OAuth) {
 				return cur.credential, nil
 			}
@@ -243,7 +246,7 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection) (Credential,
 			// until it expires.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if _, err := o.cfg.DB.Exec(rctx, releaseLeaseSQL, c.ID, holder); err != nil {
+			if _, err := o.cfg.DB.Exec(rctx, releaseLeaseSQL, secretID, holder); err != nil {
 				r.log.WarnContext(ctx, "could not release the OAuth2 token refresh lease; it expires by itself",
 					"connectionId", c.ID, "error", err.Error())
 			}

@@ -485,3 +485,38 @@ func TestOAuthSecretWithoutRefreshConfigured(t *testing.T) {
 		t.Errorf("err = %v, want ErrRejected", err)
 	}
 }
+
+// TestOAuthConnectionsSharingASecretTakeTurns: two connections (two
+// locations, say) name the same secret, so they share its refresh token.
+// Containers refreshing them at once must still make one token call.
+func TestOAuthConnectionsSharingASecretTakeTurns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setupOAuth(t, newAuthServer(t, time.Hour))
+	g, _ := f.storedGrant(t)
+	g.AccessTokenExpiresAt = time.Now().Add(-time.Minute).Truncate(time.Second)
+	if _, err := f.sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
+		SecretId: aws.String(f.arn), SecretString: aws.String(g.secretString())}); err != nil {
+		t.Fatal(err)
+	}
+	other := f.conn
+	other.ID = f.db.Connection(t, testenv.ConnectionOpts{OrganizationID: f.conn.OrganizationID, Provider: "xero",
+		CredentialReference: f.conn.Reference, Config: f.conn.Config})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		r := f.container(t, nil, OAuthConfig{})
+		conn := []Connection{f.conn, other}[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cred, err := r.ResolveConnection(ctx, conn)
+			if err != nil || !f.server.active(cred.Token.Reveal()) {
+				t.Errorf("connection %s: err = %v, or the server refuses the token", conn.ID, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n, refused := f.server.refreshCount(), f.server.refusedCount(); n != 1 || refused != 0 {
+		t.Errorf("%d token calls, %d refused; want 1 and 0", n, refused)
+	}
+}

@@ -159,15 +159,21 @@ func NewResolver(api SecretsAPI, cfg ResolverConfig) (*Resolver, error) {
 // call, cache hits included; a cached entry that fails it is fetched again
 // before refusing, so a fixed tag takes effect at once.
 func (r *Resolver) Resolve(ctx context.Context, organizationID, reference string) (Credential, error) {
+	e, err := r.resolve(ctx, organizationID, reference)
+	return e.credential, err
+}
+
+// resolve is Resolve returning the whole cache entry.
+func (r *Resolver) resolve(ctx context.Context, organizationID, reference string) (cacheEntry, error) {
 	if err := r.scope.check(reference); err != nil {
-		return Credential{}, rejected(reference, err)
+		return cacheEntry{}, rejected(reference, err)
 	}
 	e, state := r.lookup(reference)
 	if state == cacheFresh {
 		if r.refusal(e, organizationID) == "" {
 			r.hits.Add(1)
 			r.log.DebugContext(ctx, "credential cache hit", "reference", reference)
-			return e.credential, nil
+			return e, nil
 		}
 		// Not this organization's: re-check against fresh tags rather than
 		// refuse on what may be stale (rejections are not cached).
@@ -178,12 +184,12 @@ func (r *Resolver) Resolve(ctx context.Context, organizationID, reference string
 	r.log.DebugContext(ctx, "credential cache miss", "reference", reference, "reason", state)
 	e, err := r.fetch(ctx, reference)
 	if err != nil {
-		return Credential{}, err
+		return cacheEntry{}, err
 	}
 	if why := r.refusal(e, organizationID); why != "" {
-		return Credential{}, rejected(reference, errors.New(why))
+		return cacheEntry{}, rejected(reference, errors.New(why))
 	}
-	return e.credential, nil
+	return e, nil
 }
 
 // Invalidate drops the cached entry of reference, so the next Resolve fetches
