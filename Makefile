@@ -27,6 +27,12 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 SQUAWK_VERSION := 2.66.0
 SQUAWK_DIR := bin/squawk-$(SQUAWK_VERSION)
 SQUAWK := $(SQUAWK_DIR)/node_modules/.bin/squawk
+# Ory Hydra, a real OAuth2 server whose rotated refresh tokens can stay
+# usable for a grace period: the credential tests run a container dying
+# mid-refresh against it (they skip without it).
+HYDRA_MODULE := github.com/ory/hydra/v2
+HYDRA_VERSION := v2.3.0
+HYDRA := bin/hydra
 
 # Local stand-ins the integration tests start (see internal/testenv).
 PG_BIN_DIR ?= /usr/lib/postgresql/15/bin
@@ -45,7 +51,7 @@ help: ## List the targets
 ## ---------------------------------------------------------------- tools
 
 .PHONY: tools
-tools: $(RIE) $(SQUAWK) postgres-server moto-server ## Install aws-lambda-rie and squawk into ./bin; check PostgreSQL 15 and moto_server
+tools: $(RIE) $(SQUAWK) $(HYDRA) postgres-server moto-server ## Install aws-lambda-rie, squawk and hydra into ./bin; check PostgreSQL 15 and moto_server
 
 # squawk-cli pinned, installed with npm under bin/squawk-<version>.
 $(SQUAWK):
@@ -60,6 +66,20 @@ bin/aws-lambda-rie-$(RIE_VERSION):
 	@rm -rf bin/.install && mkdir -p bin/.install
 	GOBIN=$(CURDIR)/bin/.install $(GO) install $(RIE_MODULE)@$(RIE_VERSION)
 	mv bin/.install/aws-lambda-rie $@ && rm -rf bin/.install
+
+# Hydra's go.mod replaces its API client with a folder its module zip
+# leaves out, so `go install` refuses it: build it from a copy of the
+# module without that replace (the published client of the same version).
+$(HYDRA): bin/hydra-$(HYDRA_VERSION)
+	ln -sfn $(notdir $<) $@
+bin/hydra-$(HYDRA_VERSION):
+	@rm -rf bin/.hydra && mkdir -p bin/.hydra
+	dir=$$($(GO) mod download -json $(HYDRA_MODULE)@$(HYDRA_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	cp -r "$$dir" bin/.hydra/src
+	chmod -R u+w bin/.hydra/src
+	sed -i '\|=> ./internal/httpclient|d' bin/.hydra/src/go.mod
+	cd bin/.hydra/src && CGO_ENABLED=0 GOFLAGS=-mod=mod $(GO) build -trimpath -o $(CURDIR)/$@ .
+	rm -rf bin/.hydra
 
 .PHONY: postgres-server
 postgres-server:

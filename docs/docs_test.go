@@ -470,7 +470,8 @@ func mustInstance(t *testing.T, body []byte) any {
 }
 
 // TestReferenceVerifiersStayOutOfBootstraps proves the test-only modules
-// (the reference verifiers and the JSON Schema validator) reach no function.
+// (the reference verifiers, the JSON Schema validator and the OAuth2
+// server) reach no function.
 func TestReferenceVerifiersStayOutOfBootstraps(t *testing.T) {
 	t.Parallel()
 	gobin := lookPath(t, "go")
@@ -484,6 +485,7 @@ func TestReferenceVerifiersStayOutOfBootstraps(t *testing.T) {
 		"github.com/standard-webhooks/standard-webhooks/libraries",
 		"github.com/stripe/stripe-go",
 		"github.com/santhosh-tekuri/jsonschema",
+		"github.com/ory/fosite", // the OAuth2 server of the credential tests
 	} {
 		if strings.Contains(out, module) {
 			t.Errorf("a function depends on the test-only module %s", module)

@@ -437,7 +437,7 @@ func (s *countingStore) legacyClaim(ctx context.Context, p outbox.ClaimParams) (
 // noCredentials: the simulated connections carry no credential reference.
 type noCredentials struct{}
 
-func (noCredentials) Resolve(context.Context, string, string) (credential.Credential, error) {
+func (noCredentials) ResolveConnection(context.Context, credential.Connection) (credential.Credential, error) {
 	return credential.Credential{}, errors.New("no credentials in the overload scenarios")
 }
 func (noCredentials) Invalidate(string) {}

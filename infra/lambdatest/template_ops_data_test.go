@@ -90,7 +90,7 @@ func TestInspectAndRetentionRolesAreLeastPrivilege(t *testing.T) {
 			want := map[string][]string{
 				"Logs":           {"logs:CreateLogStream", "logs:PutLogEvents"},
 				"DatabaseSecret": {"secretsmanager:GetSecretValue"},
-				"DecryptSecrets": {"kms:Decrypt"},
+				"DecryptSecrets": {"kms:Decrypt"}, // the push role alone adds kms:GenerateDataKey
 				"Tracing":        {"xray:PutTraceSegments", "xray:PutTelemetryRecords"},
 			}
 			resources := map[string]string{
@@ -161,5 +161,51 @@ func TestRetentionIsOffUnlessConfigured(t *testing.T) {
 	}
 	if str(at(t, props, "ReservedConcurrentExecutions")) != "1" {
 		t.Error("two retention runs could overlap")
+	}
+}
+
+// Only the push function writes secrets back (refreshed OAuth2 tokens), and
+// only the secrets it may already read: PutSecretValue has the resource and
+// the conditions of the statement that grants it GetSecretValue on the
+// provider credentials. No role may write the database secret.
+func TestTemplateSecretWriteBackOnlyWhereThePushFunctionReads(t *testing.T) {
+	tmpl := loadTemplateMap(t)
+	resources := at(t, tmpl, "Resources").(map[string]any)
+	for id, r := range resources {
+		if str(r.(map[string]any)["Type"]) != "AWS::IAM::Role" {
+			continue
+		}
+		var reads, writes []map[string]any
+		for _, st := range statements(t, tmpl, id) {
+			acts := actions(st)
+			if slices.Contains(acts, "secretsmanager:PutSecretValue") || slices.Contains(acts, "secretsmanager:*") {
+				writes = append(writes, st)
+			}
+			if slices.Contains(acts, "secretsmanager:GetSecretValue") && str(st["Resource"]) != str(map[string]any{"Ref": "DatabaseSecretArn"}) {
+				reads = append(reads, st)
+			}
+		}
+		if id != "PushPurchaseOrderRole" {
+			if len(writes) > 0 {
+				t.Errorf("%s may write secrets: %v", id, writes)
+			}
+			continue
+		}
+		if len(writes) != 1 || len(reads) != 1 {
+			t.Fatalf("%s: %d statements write secrets and %d read provider credentials, want 1 each", id, len(writes), len(reads))
+		}
+		w, rd := writes[0], reads[0]
+		if !slices.Equal(actions(w), []string{"secretsmanager:PutSecretValue"}) {
+			t.Errorf("the write-back statement grants %v, want secretsmanager:PutSecretValue only", actions(w))
+		}
+		if str(w["Resource"]) != str(rd["Resource"]) {
+			t.Errorf("PutSecretValue on %s, but GetSecretValue on %s", str(w["Resource"]), str(rd["Resource"]))
+		}
+		if str(w["Condition"]) != str(rd["Condition"]) {
+			t.Errorf("PutSecretValue under condition %s, but GetSecretValue under %s", str(w["Condition"]), str(rd["Condition"]))
+		}
+		if w["Effect"] != "Allow" || w["NotResource"] != nil || w["NotAction"] != nil {
+			t.Errorf("write-back statement %v", w)
+		}
 	}
 }

@@ -151,15 +151,22 @@ func (a *App) Providers() provider.Registry {
 	return provider.NewRegistry(ps...)
 }
 
-// Credentials builds the Secrets Manager resolver with its cache.
+// Credentials builds the Secrets Manager resolver with its cache. It
+// refreshes OAuth2 secrets (xero, quickbooks) through the guarded HTTP
+// client, takes their refresh leases in the database and writes refreshed
+// tokens back to Secrets Manager.
 func (a *App) Credentials() (*credential.Resolver, error) {
 	ttl := a.Config.CredentialCacheTTL
 	if ttl == 0 { // CREDENTIAL_CACHE_TTL=0 turns the cache off
 		ttl = -1
 	}
-	return credential.NewResolver(secretsmanager.NewFromConfig(a.AWS), credential.ResolverConfig{
+	sm := secretsmanager.NewFromConfig(a.AWS)
+	return credential.NewResolver(sm, credential.ResolverConfig{
 		Prefix: a.Config.CredentialReferencePrefix, Region: a.Config.AWSRegion, TTL: ttl,
 		AllowUntagged: a.Config.CredentialAllowUntagged, Logger: a.Logger,
+		OAuth: credential.OAuthConfig{DB: a.Pool, Secrets: sm,
+			HTTPClient:           provider.GuardedHTTPClient(a.Config.AllowPrivateNetworks, a.Config.ProviderTimeout),
+			AllowPrivateNetworks: a.Config.AllowPrivateNetworks},
 	})
 }
 

@@ -34,14 +34,19 @@ func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"[redacted]"`), n
 func (s Secret) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
 
 // Credential is the parsed secret JSON
-// {"token"?, "signingSecret"?, "signingSecrets"?: [newest, …]}.
+// {"token"?, "signingSecret"?, "signingSecrets"?: [newest, …]}, or its
+// OAuth2 shape (see OAuthGrant).
 type Credential struct {
+	// Token is "token"; for an OAuth2 secret, the access token once
+	// Resolver.ResolveConnection has made sure it is fresh.
 	Token Secret
 	// SigningSecret is "signingSecret"; zero when absent or empty.
 	SigningSecret Secret
 	// SigningSecrets is "signingSecrets", newest first: during a rotation
 	// every call is signed with each of them.
 	SigningSecrets []Secret
+	// OAuth is the OAuth2 grant of an OAuth2 secret; nil for the other shape.
+	OAuth *OAuthGrant
 }
 
 // SigningKeys returns every secret a call is signed with, newest first and
@@ -68,6 +73,11 @@ func (c Credential) Values() []string {
 		}
 	}
 	add(c.Token.value)
+	if g := c.OAuth; g != nil {
+		add(g.ClientSecret.value)
+		add(g.RefreshToken.value)
+		add(g.AccessToken.value)
+	}
 	for _, s := range c.SigningKeys() {
 		add(s.value)
 		if encoded, ok := strings.CutPrefix(s.value, StandardWebhooksPrefix); ok {
@@ -104,7 +114,8 @@ func (s Secret) StandardWebhooksKey() ([]byte, error) {
 }
 
 // parseCredential decodes a SecretString holding the JSON object
-// {"token"?: string, "signingSecret"?: string, "signingSecrets"?: [string, …]}.
+// {"token"?: string, "signingSecret"?: string, "signingSecrets"?: [string, …]},
+// or the OAuth2 shape (parseOAuthGrant) when any of its fields is present.
 // Keys are case-sensitive, unknown keys are ignored and null counts as
 // absent; an empty "token" or "signingSecret" counts as absent too. A
 // "signingSecrets" list must hold at least one secret, each a non-empty
@@ -116,6 +127,13 @@ func parseCredential(secretString string) (Credential, error) {
 	if err := json.Unmarshal([]byte(secretString), &fields); err != nil || fields == nil {
 		// err's text may quote bytes of the secret: drop it.
 		return Credential{}, errors.New("secret value is not a JSON object")
+	}
+	if isOAuthShape(fields) {
+		g, err := parseOAuthGrant(fields)
+		if err != nil {
+			return Credential{}, err
+		}
+		return Credential{OAuth: &g}, nil
 	}
 	var c Credential
 	for _, f := range []struct {

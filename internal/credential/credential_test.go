@@ -93,7 +93,11 @@ var parseErrors = regexp.MustCompile(`^(secret value is not a JSON object|` +
 	`secret value field "(token|signingSecret)" is not a string|` +
 	`secret value field "signingSecrets" is (not a list|an empty list)|` +
 	`secret value field "signingSecrets\[[0-9]+\]" is (not a string|empty)|` +
-	`secret value field "(signingSecret|signingSecrets\[[0-9]+\])": the (text after "whsec_" is not valid base64|key after "whsec_" is empty))$`)
+	`secret value field "(signingSecret|signingSecrets\[[0-9]+\])": the (text after "whsec_" is not valid base64|key after "whsec_" is empty)|` +
+	`secret value field "(token|signingSecret|signingSecrets)" cannot be combined with the OAuth2 fields \(clientId, clientSecret, refreshToken\)|` +
+	`secret value field "(clientId|clientSecret|refreshToken)" is missing or empty \(an OAuth2 secret needs clientId, clientSecret and refreshToken\)|` +
+	`secret value field "(clientId|clientSecret|refreshToken|accessToken|accessTokenExpiresAt)" is not a string|` +
+	`secret value field "accessTokenExpiresAt" is not an RFC 3339 time \(e.g. 2026-01-02T15:04:05Z\))$`)
 
 func FuzzParseCredential(f *testing.F) {
 	for _, seed := range []string{
@@ -101,6 +105,9 @@ func FuzzParseCredential(f *testing.F) {
 		`{}`, `null`, `[]`, `"x"`, `{"token":1}`, `{"signingSecret":null}`,
 		`{"token":"a","token":"b"}`, `{"token":"\ud800"}`, "{\"token\":\"\xff\"}", `not json`,
 		`{"signingSecrets":["a","whsec_AA=="]}`, `{"signingSecrets":[]}`, `{"signingSecrets":[1]}`, `{"signingSecret":"whsec_!"}`,
+		`{"clientId":"c","clientSecret":"s","refreshToken":"r","accessToken":"a","accessTokenExpiresAt":"2026-01-02T15:04:05Z"}`,
+		`{"clientId":"c","clientSecret":"s","refreshToken":"r","accessTokenExpiresAt":"2026-01-02"}`,
+		`{"clientId":"c","refreshToken":""}`, `{"accessToken":7}`, `{"clientId":"c","clientSecret":"s","refreshToken":"r","token":"t"}`,
 	} {
 		f.Add(seed)
 	}

@@ -63,6 +63,9 @@ type ResolverConfig struct {
 	// Logger receives Debug logs of cache hits, misses and fetches (reference
 	// names only, never values); nothing is logged when nil.
 	Logger *slog.Logger
+	// OAuth configures the refresh of OAuth2 secrets; with a nil OAuth.DB,
+	// ResolveConnection refuses them.
+	OAuth OAuthConfig
 }
 
 // Resolver resolves credential references to credentials, enforcing the
@@ -81,6 +84,11 @@ type Resolver struct {
 	mu      sync.Mutex
 	cache   map[string]cacheEntry
 	epoch   uint64 // bumped by Invalidate; a fetch older than it is not cached
+	// handed is the OAuth2 access token ResolveConnection last returned per
+	// reference; refused is the one Invalidate was called after.
+	handed, refused map[string]string
+
+	oauth *oauthRefresher // nil: OAuth2 secrets are refused
 
 	hits, misses atomic.Int64
 }
@@ -88,6 +96,8 @@ type Resolver struct {
 // cacheEntry is what one fetch learned about a secret.
 type cacheEntry struct {
 	name           string // the secret's name, as Secrets Manager reports it
+	secretID       string // the secret's ARN when known, else the reference
+	versionID      string // the VersionId of the AWSCURRENT value read
 	organizationID string // the organization_id tag's value
 	tagged         bool   // whether the secret has an organization_id tag
 	credential     Credential
@@ -113,6 +123,8 @@ func NewResolver(api SecretsAPI, cfg ResolverConfig) (*Resolver, error) {
 		log:           cfg.Logger,
 		allowUntagged: cfg.AllowUntagged,
 		cache:         make(map[string]cacheEntry),
+		handed:        make(map[string]string),
+		refused:       make(map[string]string),
 	}
 	if r.ttl == 0 {
 		r.ttl = DefaultTTL
@@ -125,6 +137,11 @@ func NewResolver(api SecretsAPI, cfg ResolverConfig) (*Resolver, error) {
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.OAuth.DB != nil {
+		if r.oauth, err = newOAuthRefresher(r, cfg.OAuth); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }
@@ -142,15 +159,21 @@ func NewResolver(api SecretsAPI, cfg ResolverConfig) (*Resolver, error) {
 // call, cache hits included; a cached entry that fails it is fetched again
 // before refusing, so a fixed tag takes effect at once.
 func (r *Resolver) Resolve(ctx context.Context, organizationID, reference string) (Credential, error) {
+	e, err := r.resolve(ctx, organizationID, reference)
+	return e.credential, err
+}
+
+// resolve is Resolve returning the whole cache entry.
+func (r *Resolver) resolve(ctx context.Context, organizationID, reference string) (cacheEntry, error) {
 	if err := r.scope.check(reference); err != nil {
-		return Credential{}, rejected(reference, err)
+		return cacheEntry{}, rejected(reference, err)
 	}
 	e, state := r.lookup(reference)
 	if state == cacheFresh {
 		if r.refusal(e, organizationID) == "" {
 			r.hits.Add(1)
 			r.log.DebugContext(ctx, "credential cache hit", "reference", reference)
-			return e.credential, nil
+			return e, nil
 		}
 		// Not this organization's: re-check against fresh tags rather than
 		// refuse on what may be stale (rejections are not cached).
@@ -161,18 +184,25 @@ func (r *Resolver) Resolve(ctx context.Context, organizationID, reference string
 	r.log.DebugContext(ctx, "credential cache miss", "reference", reference, "reason", state)
 	e, err := r.fetch(ctx, reference)
 	if err != nil {
-		return Credential{}, err
+		return cacheEntry{}, err
 	}
 	if why := r.refusal(e, organizationID); why != "" {
-		return Credential{}, rejected(reference, errors.New(why))
+		return cacheEntry{}, rejected(reference, errors.New(why))
 	}
-	return e.credential, nil
+	return e, nil
 }
 
 // Invalidate drops the cached entry of reference, so the next Resolve fetches
 // it again (e.g. after the provider answered 401/403 with it).
+//
+// For an OAuth2 secret, the access token last handed out for reference is
+// remembered as refused: the next ResolveConnection does not hand it out
+// again but refreshes it, unless the secret holds another one by then.
 func (r *Resolver) Invalidate(reference string) {
 	r.mu.Lock()
+	if tok, ok := r.handed[reference]; ok {
+		r.refused[reference] = tok
+	}
 	delete(r.cache, reference)
 	r.epoch++
 	r.mu.Unlock()
@@ -284,7 +314,7 @@ func (r *Resolver) load(ctx context.Context, reference string) (cacheEntry, erro
 		}
 		secretID = *desc.ARN
 	}
-	e := cacheEntry{name: aws.ToString(desc.Name)}
+	e := cacheEntry{name: aws.ToString(desc.Name), secretID: secretID}
 	if e.name == "" {
 		e.name = nameOf(secretID)
 	}
@@ -307,17 +337,24 @@ func (r *Resolver) load(ctx context.Context, reference string) (cacheEntry, erro
 	if e.credential, err = parseCredential(*val.SecretString); err != nil {
 		return cacheEntry{}, rejected(reference, err)
 	}
-
-	if r.ttl > 0 {
-		e.expires = r.now().Add(r.ttl)
-		r.mu.Lock()
-		if r.epoch == epoch { // not invalidated while we fetched
-			r.cache[reference] = e
-		}
-		r.mu.Unlock()
-	}
+	e.versionID = aws.ToString(val.VersionId)
+	r.store(reference, e, epoch)
 	r.log.DebugContext(ctx, "credential fetched", "reference", reference, "organizationTagged", e.tagged, "ttl", r.ttl)
 	return e, nil
+}
+
+// store caches e for reference unless the cache is off or reference was
+// invalidated since epoch.
+func (r *Resolver) store(reference string, e cacheEntry, epoch uint64) {
+	if r.ttl <= 0 {
+		return
+	}
+	e.expires = r.now().Add(r.ttl)
+	r.mu.Lock()
+	if r.epoch == epoch { // not invalidated while we fetched
+		r.cache[reference] = e
+	}
+	r.mu.Unlock()
 }
 
 // nameOf returns the secret name of a reference: the part of an ARN

@@ -27,12 +27,14 @@ var (
 	moto       *testenv.Moto
 	motoURL    string
 	httpClient *http.Client
+	// servers starts PostgreSQL for the OAuth2 tests only.
+	servers testenv.OnDemand
 )
 
 func TestMain(m *testing.M) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	httpClient = &http.Client{Transport: transport}
-	testenv.Main(m, testenv.WithMoto(&moto),
+	testenv.Main(m, testenv.WithMoto(&moto), testenv.WithOnDemand(&servers),
 		testenv.WithSetup(func() error { motoURL = moto.URL; return nil }),
 		testenv.WithCleanup(transport.CloseIdleConnections))
 }

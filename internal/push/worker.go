@@ -34,9 +34,10 @@ type Store interface {
 	Record(ctx context.Context, outcomes []outbox.Outcome) (outbox.Recorded, error)
 }
 
-// Credentials resolves a connection's credential_reference.
+// Credentials resolves a connection's credential_reference (for an OAuth2
+// secret: to a fresh access token, refreshed across the fleet).
 type Credentials interface {
-	Resolve(ctx context.Context, organizationID, reference string) (credential.Credential, error)
+	ResolveConnection(ctx context.Context, conn credential.Connection) (credential.Credential, error)
 	Invalidate(reference string)
 }
 
@@ -449,7 +450,8 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 	)
 	for refreshed := false; ; refreshed = true {
 		if conn.CredentialReference != "" {
-			if cred, err = w.resolve(ctx, job.OrganizationID, conn.CredentialReference); err != nil {
+			if cred, err = w.resolve(ctx, credential.Connection{ID: conn.ID, OrganizationID: job.OrganizationID,
+				Provider: conn.Provider, Config: conn.Config, Reference: conn.CredentialReference}); err != nil {
 				if errors.Is(err, credential.ErrRejected) {
 					return permanent(job, outbox.ConflictCredentialRejected, err.Error()), nil
 				}
@@ -580,13 +582,13 @@ func (w *Worker) call(ctx context.Context, p provider.Provider, conn provider.Co
 
 // resolve looks the credential up, cut like a provider call: a Secrets
 // Manager that hangs must not eat the time kept to record the result.
-func (w *Worker) resolve(ctx context.Context, organizationID, reference string) (credential.Credential, error) {
+func (w *Worker) resolve(ctx context.Context, conn credential.Connection) (credential.Credential, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, dl.Add(-w.cfg.RecordReserve))
 		defer cancel()
 	}
-	return w.creds.Resolve(ctx, organizationID, reference)
+	return w.creds.ResolveConnection(ctx, conn)
 }
 
 // outcome maps a provider's answer to the row's next state (docs/architecture.md,
