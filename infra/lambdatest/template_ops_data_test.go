@@ -209,3 +209,35 @@ func TestTemplateSecretWriteBackOnlyWhereThePushFunctionReads(t *testing.T) {
 		}
 	}
 }
+
+// The dispatch function checks whether the host reconnected a connection
+// needing reauthorization: it may describe the provider credential secrets
+// (their versions) and read none of their values, on the resource the push
+// function reads them on.
+func TestTemplateDispatchDescribesProviderSecretsButReadsNone(t *testing.T) {
+	tmpl := loadTemplateMap(t)
+	var describe, pushRead map[string]any
+	for _, st := range statements(t, tmpl, "DispatchRole") {
+		acts := actions(st)
+		if slices.Contains(acts, "secretsmanager:GetSecretValue") && str(st["Resource"]) != str(map[string]any{"Ref": "DatabaseSecretArn"}) {
+			t.Errorf("the dispatch role may read provider secret values: %v", st)
+		}
+		if slices.Contains(acts, "secretsmanager:DescribeSecret") {
+			describe = st
+		}
+	}
+	for _, st := range statements(t, tmpl, "PushPurchaseOrderRole") {
+		if slices.Contains(actions(st), "secretsmanager:GetSecretValue") && str(st["Resource"]) != str(map[string]any{"Ref": "DatabaseSecretArn"}) {
+			pushRead = st
+		}
+	}
+	if describe == nil || pushRead == nil {
+		t.Fatalf("dispatch DescribeSecret statement %v, push provider-secret read statement %v", describe, pushRead)
+	}
+	if !slices.Equal(actions(describe), []string{"secretsmanager:DescribeSecret"}) {
+		t.Errorf("the dispatch statement grants %v, want secretsmanager:DescribeSecret only", actions(describe))
+	}
+	if str(describe["Resource"]) != str(pushRead["Resource"]) {
+		t.Errorf("DescribeSecret on %s, the push function reads on %s", str(describe["Resource"]), str(pushRead["Resource"]))
+	}
+}

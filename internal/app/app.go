@@ -117,8 +117,13 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 	if sender == nil {
 		return nil, fmt.Errorf("%s: no SQS sender", function)
 	}
+	creds, err := a.Credentials()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", function, err)
+	}
 	return dispatch.New(a.outboxStore(), sender, dispatch.Config{
-		Routes: a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
+		Reconnections: creds,
+		Routes:        a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
 		MaxAttempts: a.Config.MaxAttempts, Lease: a.Config.Lease, Logger: a.Logger,
 		MaxInFlight: a.Config.DispatchMaxInFlight, ConnectionMaxInFlight: a.Config.ConnectionMaxInFlight,
 		ProviderMaxInFlight: a.Providers().MaxInFlightDefaults(),

@@ -411,8 +411,18 @@ func (o *oauthRefresher) checkAuthorized(ctx context.Context, c Connection) erro
 // ErrReauthorizationNeeded error.
 func (o *oauthRefresher) markUnauthorized(ctx context.Context, c Connection, versionID string, rerr *oauth2.RetrieveError) error {
 	why := tokenError(rerr).Error()
+	if err := o.recordUnauthorized(ctx, c, versionID, why, cmp.Or(rerr.ErrorCode, "refused")); err != nil {
+		return err
+	}
+	return fmt.Errorf("resolving credential_reference %q: %s: %w", clip(c.Reference), why, ErrReauthorizationNeeded)
+}
+
+// recordUnauthorized records that the provider refused the grant of c's
+// secret version versionID (why: its answer; code: a word for the summary)
+// and opens the connection's one connection_unauthorized conflict.
+func (o *oauthRefresher) recordUnauthorized(ctx context.Context, c Connection, versionID, why, code string) error {
 	summary := fmt.Sprintf("The %s connection needs to be reconnected: the provider refused its authorization (%s). Commands for it wait until the connection is reconnected.",
-		c.Provider, cmp.Or(rerr.ErrorCode, "refused"))
+		c.Provider, code)
 	// Detached from the lease's end: the refusal must be recorded, or the
 	// next container would present the refused grant again.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -422,7 +432,34 @@ func (o *oauthRefresher) markUnauthorized(ctx context.Context, c Connection, ver
 	}
 	o.r.log.WarnContext(ctx, "OAuth2 grant refused: the connection needs reauthorization", "connectionId", c.ID,
 		"organizationId", c.OrganizationID, "reference", c.Reference, "error", why)
-	return fmt.Errorf("resolving credential_reference %q: %s: %w", clip(c.Reference), why, ErrReauthorizationNeeded)
+	return nil
+}
+
+// NeedsReauthorization records that the provider refused c's grant in a
+// call (a 403 saying the tenant is disconnected, after a fresh token was
+// tried), as a refused refresh does: no more token calls for it, its rows
+// held, one open connection_unauthorized conflict, until the host writes a
+// new version of the secret. It reports whether it recorded it: a
+// credential that is not an OAuth2 grant (or a resolver without OAuth2) has
+// nothing to reconnect, and records nothing.
+func (r *Resolver) NeedsReauthorization(ctx context.Context, c Connection, why string) (bool, error) {
+	if r.oauth == nil {
+		return false, nil
+	}
+	cur, err := r.reread(ctx, c)
+	if errors.Is(err, ErrRejected) {
+		return false, nil // not an OAuth2 grant (or not this tenant's): nothing to reconnect
+	}
+	if err != nil {
+		return false, err
+	}
+	if cur.credential.OAuth == nil {
+		return false, nil
+	}
+	if err := r.oauth.recordUnauthorized(ctx, c, cur.versionID, why, "403"); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // clear clears c's state when versionID differs from the refused one and

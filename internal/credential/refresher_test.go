@@ -520,3 +520,63 @@ func TestOAuthConnectionsSharingASecretTakeTurns(t *testing.T) {
 		t.Errorf("%d token calls, %d refused; want 1 and 0", n, refused)
 	}
 }
+
+// TestNeedsReauthorizationAfterACallRefusesTheGrant: a provider refusing a
+// connection's grant in a call (a 403 after a fresh token, reported by the
+// push worker) records the connection as needing reauthorization, as a
+// refused refresh does: one open conflict however often it is reported, no
+// token call while it lasts, and a new secret version resumes it. A
+// credential that is not an OAuth2 grant records nothing.
+func TestNeedsReauthorizationAfterACallRefusesTheGrant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setupOAuth(t, newAuthServer(t, time.Hour))
+	r := f.container(t, nil, OAuthConfig{Lease: time.Second, Wait: 3 * time.Second})
+	for range 2 {
+		recorded, err := r.NeedsReauthorization(ctx, f.conn, "xero answered 403: AuthorizationUnsuccessful")
+		if err != nil || !recorded {
+			t.Fatalf("NeedsReauthorization = %v, %v; want recorded", recorded, err)
+		}
+	}
+	if n := f.db.Count(t, `select count(*) from external_integration_conflicts where integration_connection_id = $1
+		and conflict_type = 'connection_unauthorized' and status = 'open'`, f.conn.ID); n != 1 {
+		t.Errorf("%d open connection_unauthorized conflicts, want 1", n)
+	}
+	// The stored access token is refused: no container refreshes it while
+	// the connection needs reauthorization (the claim holds its rows).
+	g, _ := f.storedGrant(t)
+	g.AccessTokenExpiresAt = time.Now().Add(-time.Minute)
+	if _, err := f.sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
+		SecretId: aws.String(f.arn), SecretString: aws.String(g.secretString())}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.CheckReauthorized(ctx); err != nil || n != 1 {
+		t.Fatalf("a new secret version resumes it: CheckReauthorized = %d, %v; want 1", n, err)
+	}
+	if recorded, err := r.NeedsReauthorization(ctx, f.conn, "xero answered 403 again"); err != nil || !recorded {
+		t.Fatalf("NeedsReauthorization = %v, %v; want recorded", recorded, err)
+	}
+	r.Invalidate(f.conn.Reference)
+	if _, err := r.ResolveConnection(ctx, f.conn); !errors.Is(err, ErrReauthorizationNeeded) {
+		t.Errorf("resolving a stale token after the refusal: %v, want ErrReauthorizationNeeded", err)
+	}
+	if n := f.server.refreshCount(); n != 0 {
+		t.Errorf("%d token calls while the connection needs reauthorization, want 0", n)
+	}
+	tok := f.server.connect(t)
+	if _, err := f.sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
+		SecretId: aws.String(f.arn), SecretString: aws.String(oauthSecret(f.server, tok))}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.CheckReauthorized(ctx); err != nil || n != 1 {
+		t.Fatalf("CheckReauthorized after reconnecting = %d, %v; want 1", n, err)
+	}
+
+	// A static token has nothing to reconnect.
+	name, _ := testenv.CreateSecret(t, f.sm, testenv.SecretName(t, ""), `{"token":"static"}`, f.conn.OrganizationID)
+	static := f.conn
+	static.Reference = name
+	if recorded, err := r.NeedsReauthorization(ctx, static, "403"); err != nil || recorded {
+		t.Errorf("NeedsReauthorization of a static token = %v, %v; want nothing recorded", recorded, err)
+	}
+}

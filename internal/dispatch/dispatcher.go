@@ -44,6 +44,11 @@ type Sender interface {
 // Adding a command type is one entry here (plus its function and queue).
 type Routes map[string]string
 
+// Reconnections resumes the connections the host reconnected.
+type Reconnections interface {
+	CheckReauthorized(ctx context.Context) (resumed int, err error)
+}
+
 // Config configures a Dispatcher.
 type Config struct {
 	Routes      Routes
@@ -63,6 +68,11 @@ type Config struct {
 	// config_json.maxInFlight says otherwise; it wins over
 	// ConnectionMaxInFlight.
 	ProviderMaxInFlight map[string]int
+	// Reconnections, when set, resumes the connections whose OAuth2 grant
+	// was refused and whose secret the host has since replaced
+	// (credential.Resolver.CheckReauthorized), once per run before it
+	// claims.
+	Reconnections Reconnections
 	// RoomWait is how long a run waits before claiming again when an
 	// in-flight cap held due rows back (rows in flight finish and make
 	// room), or when a row it sent has due commands of its entity behind it
@@ -137,6 +147,14 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 		MaxInFlight: d.cfg.MaxInFlight, ConnectionMaxInFlight: d.cfg.ConnectionMaxInFlight,
 		ProviderMaxInFlight: d.cfg.ProviderMaxInFlight,
 		OrganizationID:      req.OrganizationID, IDs: req.IDs}
+	if d.cfg.Reconnections != nil {
+		// A failure here only delays the resumption to the next run.
+		if n, err := d.cfg.Reconnections.CheckReauthorized(ctx); err != nil {
+			log.WarnContext(ctx, "could not check the connections needing reauthorization", "error", err.Error())
+		} else if n > 0 {
+			log.InfoContext(ctx, "connections reconnected by the host resume", "count", n)
+		}
+	}
 	if n, err := d.store.DeadLetterExpired(ctx, scope); err != nil {
 		return s, err
 	} else if n > 0 {

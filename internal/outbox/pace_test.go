@@ -98,3 +98,37 @@ func TestAnUnchargedAttemptIsGivenBack(t *testing.T) {
 		t.Errorf("%d history rows of the try, want 1 (attempt 1, HTTP 429)", n)
 	}
 }
+
+// A connection needing reauthorization (its OAuth2 grant refused) has none
+// of its rows claimed, by the walk or a listed-ids rerun, and they do not
+// make a run wait; once the host reconnects it they go.
+func TestAConnectionNeedingReauthorizationHoldsItsRows(t *testing.T) {
+	t.Parallel()
+	f := pg.NewDB(t)
+	s := outbox.NewStore(f.Pool)
+	org := f.NewID(t)
+	held := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "xero"})
+	ids := commands(t, f, org, held, 3, time.Now().Add(-time.Hour))
+	ctx := context.Background()
+	if _, err := f.Pool.Exec(ctx, `insert into integration_outbox_connection_authorization
+		(connection_id, organization_id, credential_reference, needs_reauthorization_since, secret_version_id)
+		values ($1, $2, 'integrations/x', now(), 'v1')`, held, org); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []outbox.ClaimParams{
+		{Limit: 50, MaxAttempts: 10, Lease: time.Minute},
+		{Limit: 50, MaxAttempts: 10, Lease: time.Minute, IDs: ids},
+	} {
+		b := claimBatch(t, s, p)
+		if len(b.Claims) != 0 || b.Held {
+			t.Fatalf("claimed %d rows of a connection needing reauthorization (held %v)", len(b.Claims), b.Held)
+		}
+	}
+	if _, err := f.Pool.Exec(ctx, `update integration_outbox_connection_authorization
+		set needs_reauthorization_since = null where connection_id = $1`, held); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(claimBatch(t, s, outbox.ClaimParams{Limit: 50, MaxAttempts: 10, Lease: time.Minute}).Claims); got != 3 {
+		t.Errorf("reconnected, claimed %d rows, want 3", got)
+	}
+}

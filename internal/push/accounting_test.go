@@ -25,7 +25,7 @@ func documented(t *testing.T, files ...string) *testenv.Receiver {
 		if err != nil {
 			t.Error(err)
 		}
-		code := map[string]int{"200": 200, "401": 401}[status]
+		code := map[string]int{"200": 200, "401": 401, "403": 403}[status]
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
 		w.Write(b)

@@ -41,6 +41,18 @@ type Credentials interface {
 	Invalidate(reference string)
 }
 
+// reauthorizer is what of Credentials records a connection whose grant the
+// provider refused in a call (credential.Resolver does; a credential
+// source without OAuth2 need not).
+type reauthorizer interface {
+	NeedsReauthorization(ctx context.Context, conn credential.Connection, why string) (recorded bool, err error)
+}
+
+// ReauthorizationRecheck is when a job held because its connection needs
+// reauthorization is due again: the claim takes none of the connection's
+// rows until the host reconnects it, then they go.
+const ReauthorizationRecheck = time.Minute
+
 // Pacer spaces each connection's provider calls across the fleet and pauses
 // a connection its provider told to slow down (internal/pace).
 type Pacer interface {
@@ -448,12 +460,16 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 		called bool
 		first  time.Time // of the first provider call of this attempt
 	)
+	cconn := credential.Connection{ID: conn.ID, OrganizationID: job.OrganizationID,
+		Provider: conn.Provider, Config: conn.Config, Reference: conn.CredentialReference}
 	for refreshed := false; ; refreshed = true {
 		if conn.CredentialReference != "" {
-			if cred, err = w.resolve(ctx, credential.Connection{ID: conn.ID, OrganizationID: job.OrganizationID,
-				Provider: conn.Provider, Config: conn.Config, Reference: conn.CredentialReference}); err != nil {
+			if cred, err = w.resolve(ctx, cconn); err != nil {
 				if errors.Is(err, credential.ErrRejected) {
 					return permanent(job, outbox.ConflictCredentialRejected, err.Error()), nil
+				}
+				if errors.Is(err, credential.ErrReauthorizationNeeded) {
+					return heldForReauthorization(err), nil
 				}
 				return w.retryable(job, err.Error(), 0), nil
 			}
@@ -481,8 +497,21 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 			continue
 		}
 		o := w.outcome(job, res, err)
-		if perr != nil && perr.PauseConnection {
+		switch {
+		case perr != nil && perr.PauseConnection:
 			o = w.pause(ctx, log, pconn, perr, err)
+		case perr != nil && perr.NeedsReauthorization && refreshed:
+			// Refused again with a fresh token: the grant itself is gone.
+			if ra, ok := w.creds.(reauthorizer); ok {
+				recorded, rerr := ra.NeedsReauthorization(ctx, cconn, perr.Message)
+				if rerr != nil {
+					log.logAttrs(ctx, slog.LevelWarn, "could not record that the connection needs reauthorization",
+						slog.String("error", rerr.Error()))
+				}
+				if recorded {
+					o = heldForReauthorization(err)
+				}
+			}
 		}
 		if called {
 			o.ProviderCalled, o.CallStartedAt, o.CallFinishedAt = true, first, time.Now()
@@ -496,6 +525,13 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 		}
 		return o, cred.Values()
 	}
+}
+
+// heldForReauthorization sends a job back to the outbox, its attempt not
+// charged: its connection needs reauthorization, and the claim holds its
+// rows until the host reconnects it.
+func heldForReauthorization(err error) outbox.Outcome {
+	return outbox.Outcome{Status: outbox.StatusFailed, LastError: err.Error(), RetryIn: ReauthorizationRecheck, Uncharged: true}
 }
 
 // pace waits for the connection's next call slot where p limits its
