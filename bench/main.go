@@ -79,12 +79,12 @@ func main() {
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
 	flag.IntVar(&o.churnFill, "churn-fillfactor", 0, "also run ours with the outbox's fillfactor set to this (a lever; 0: not run)")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity) or "batch" (our pipeline at push batches of 10 and 100); the table goes to stdout, and to -out only when given`)
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet) or "batch" (our pipeline at push batches of 10 and 100); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
-	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" && o.only != "churn" && o.only != "claim" && o.only != "batch" && o.only != "followers" {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers" and "batch" are the measurements that run alone`)
+	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" && o.only != "churn" && o.only != "claim" && o.only != "batch" && o.only != "followers" && o.only != "tokens" {
+		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers", "tokens" and "batch" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -259,6 +259,18 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	if o.only == "followers" {
 		followers()
 	}
+	tokens := func() {
+		step("OAuth2 tokens across a fleet", func() error {
+			t, err := measureTokens(ctx, log, env)
+			if err == nil {
+				r.Tokens = &t
+			}
+			return err
+		})
+	}
+	if o.only == "tokens" {
+		tokens()
+	}
 	if o.only != "" {
 		return finish(ctx, log, r, o, began, failed)
 	}
@@ -269,6 +281,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 		return
 	})
 	followers()
+	tokens()
 	if o.overloadRows > 0 {
 		step("overload scenarios", func() (err error) {
 			r.Overload, err = measureOverload(ctx, log, env, o.overloadRows, o.overloadScale)

@@ -28,6 +28,7 @@ type report struct {
 	Fair       []fairClaimSize
 	Visibility []visibilityClaim
 	Followers  *followersClaim
+	Tokens     *tokenResult
 	Overload   []overloadRun
 	Install    []installRun
 	WAL        []walRun
@@ -325,6 +326,7 @@ func (r *report) markdown() string {
 	b.WriteString(overloadMarkdown(r.Overload, r.Fair))
 	b.WriteString(visibilityMarkdown(r.Visibility))
 	b.WriteString(followersMarkdown(r.Followers))
+	b.WriteString(tokensMarkdown(r.Tokens))
 	b.WriteString(churnMarkdown(r.Churn))
 	b.WriteString(batchLeverMarkdown(r.BatchLever))
 	return b.String()
