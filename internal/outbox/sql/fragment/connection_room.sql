@@ -2,6 +2,8 @@
 -- claim may lease: with the breaker on, none while its circuit is open and
 -- one probe, when nothing else of it is in flight, once the cooldown is over;
 -- none while its provider has paused it (a 429: paused_until, internal/pace);
+-- none while it is disabled or unauthorized (integration_outbox_connection_state:
+-- like a pause, this holds its rows without counting them as held);
 -- else its in-flight limit (config_json.maxInFlight, a positive number, else
 -- its provider's default in @provider_max_in_flight, a JSON object keyed by
 -- provider name, else @connection_max_in_flight; none when all are unset)
@@ -10,15 +12,15 @@
 -- is what leaves no room; ordered that the connection keeps per-entity order
 -- (config_json.ordered is not false).
 
-    select coalesce(h.open_until > now(), false) or coalesce(pc.paused_until > now(), false) as open,
+    select coalesce(h.open_until > now(), false) or coalesce(pc.paused_until > now(), false) or st.connection_id is not null as open,
         h.open_until is not null as probe,
-        coalesce(pc.paused_until > now(), false) as paused,
-        case when pc.paused_until > now() then 0
+        coalesce(pc.paused_until > now(), false) or st.connection_id is not null as paused,
+        case when pc.paused_until > now() or st.connection_id is not null then 0
              when h.open_until > now() then 0
              when h.open_until is not null then case when f.n = 0 then 1 else 0 end
              when cap.n is null then 1000000
              else greatest(cap.n - f.n, 0) end as room,
-        not coalesce(pc.paused_until > now(), false)
+        not coalesce(pc.paused_until > now(), false) and st.connection_id is null
             and h.open_until is null and cap.n is not null and f.n >= cap.n as capped,
         cap.ordered
     from (select coalesce(cc.n, cc.provider_n, nullif(@connection_max_in_flight::int, 0)) as n,
@@ -41,3 +43,5 @@
     ) f
     left join integration_outbox_connection_health h on h.connection_id = p.conn and @circuit_on::bool
     left join integration_outbox_connection_pace pc on pc.connection_id = p.conn
+    left join integration_outbox_connection_state st on st.connection_id = p.conn
+        and (st.disabled_at is not null or st.unauthorized_since is not null)
