@@ -108,7 +108,7 @@ type Enabled struct {
 }
 
 // Enable enables the organization's disabled connection again: its rows are
-// claimed again, oldest first, and its failing period starts over. Its
+// claimed again, oldest first, and the time to disable it again counts from now. Its
 // connection_disabled conflict is resolved, and Connection Recovered
 // written, by the first call that goes through.
 func Enable(ctx context.Context, db DB, organizationID, connectionID string) (Enabled, error) {

@@ -1,7 +1,8 @@
 -- Enables the disabled connection @connection_id of @organization_id again
--- (the console's enableConnection): the claim takes its rows again, and its
--- failing period starts over, so the next failure does not disable it at
--- once. Its held rows become due now, so they flow oldest first (per-entity
+-- (the console's enableConnection): the claim takes its rows again, and the
+-- time to disable it counts from now (enabled_at), so the next failure does
+-- not disable it at once; failing_since stays, for the Connection Recovered
+-- event. Its held rows become due now, so they flow oldest first (per-entity
 -- order still holds). Its connection_disabled conflict stays open until a
 -- call goes through (the record statement then resolves it and writes
 -- Connection Recovered). It returns one row when the connection exists:
@@ -16,7 +17,7 @@ with conn as (
     for update
 ), enabled as (
     update integration_outbox_connection_state s
-    set disabled_at = null, disabled_reason = null, failing_since = null, enabled_at = now(), updated_at = now()
+    set disabled_at = null, disabled_reason = null, enabled_at = now(), updated_at = now()
     from before b
     where s.connection_id = b.connection_id and b.disabled_at is not null
     returning s.connection_id

@@ -8,7 +8,8 @@
 --   connection_failing conflict opens; once it has lasted
 --   @disable_after_seconds (CONNECTION_DISABLE_AFTER, 0: never) and at least
 --   @disable_min_span_seconds (CONNECTION_DISABLE_MIN_SPAN) lie between its
---   first and this failure, the connection is disabled (the claim leaves its
+--   first and this failure (both counted from enabled_at instead when an
+--   operator enabled it since), the connection is disabled (the claim leaves its
 --   rows alone, fragment/connection_room.sql), one connection_disabled
 --   conflict opens and one Connection Disabled event is written;
 -- - an answer ends the failing period; if the connection was failing long
@@ -52,8 +53,8 @@
         not g.succeeded and b.failing_conflict_id is null
             and now() - coalesce(b.failing_since, now()) >= make_interval(secs => @failing_after_seconds) as opens_failing,
         not g.succeeded and @disable_after_seconds::float8 > 0 and b.disabled_at is null and b.failing_since is not null
-            and now() - b.failing_since >= make_interval(secs => @disable_after_seconds)
-            and now() - b.failing_since >= make_interval(secs => @disable_min_span_seconds) as disables,
+            and now() - greatest(b.failing_since, coalesce(b.enabled_at, b.failing_since)) >= make_interval(secs => @disable_after_seconds)
+            and now() - greatest(b.failing_since, coalesce(b.enabled_at, b.failing_since)) >= make_interval(secs => @disable_min_span_seconds) as disables,
         b.disabled_at, b.disabled_reason, b.unauthorized_since, b.unauthorized_reason,
         b.failing_conflict_id, b.disabled_conflict_id, b.unauthorized_conflict_id
     from state_signals g
