@@ -128,7 +128,8 @@ type pending struct {
 // PublishPending sends pending events, oldest first, ten per PutEvents
 // call, up to MaxPerRun. Events EventBridge accepted are marked published;
 // the others (a failed call, or entries the answer reports failed) wait for
-// a later run. It stops at the first failed call. The error is that of the
+// a later run. It stops at the first call that failed or had an entry
+// refused. The error is that of the
 // database or of the last failed call.
 func (p *Publisher) PublishPending(ctx context.Context) (Published, error) {
 	var out Published
@@ -148,6 +149,11 @@ func (p *Publisher) PublishPending(ctx context.Context) (Published, error) {
 		}
 		if callErr != nil {
 			return out, callErr
+		}
+		if len(failed) > 0 {
+			// Refused entries (throttling, most often) wait for the next
+			// run rather than be sent again at once.
+			return out, nil
 		}
 		if len(batch) < maxEntries {
 			return out, nil
