@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"integration-outbox/internal/event"
+	"integration-outbox/internal/inspect"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/rerun"
 )
@@ -99,6 +101,23 @@ func TestAConnectionFailingForFiveDaysIsDisabledOnceAndRecoversWhenEnabled(t *te
 	}
 	if n := w.f.Count(t, `select count(*) from external_integration_outbox where organization_id = $1 and status in ('queued', 'failed')`, w.org); n != 200 {
 		t.Fatalf("%d rows waiting, want all 200 held", n)
+	}
+
+	// The inspect function's stuck view shows it, since when and why; another
+	// organization's does not.
+	insp := inspect.New(w.f.Pool, inspect.Config{})
+	view, err := insp.Handle(ctx, json.RawMessage(`{"organizationId":"`+w.org+`","stuck":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := view.Stuck.Connections; len(cs) != 1 || cs[0].ConnectionID != w.conn || cs[0].State != "disabled" ||
+		time.Since(cs[0].Since) > time.Minute || cs[0].FailingSince == nil || cs[0].Waiting != 200 ||
+		!strings.Contains(cs[0].Reason, "HTTP 503") {
+		t.Errorf("stuck view connections %+v, want the disabled one, since now, with its 200 rows and why", cs)
+	}
+	other, err := insp.Handle(ctx, json.RawMessage(`{"organizationId":"`+w.f.NewID(t)+`","stuck":true}`))
+	if err != nil || len(other.Stuck.Connections) != 0 {
+		t.Errorf("another organization's stuck view: %+v, %v", other.Stuck, err)
 	}
 
 	// Enabled from the console.

@@ -52,6 +52,13 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// Querier is what the read functions need: a pool, a connection or a
+// transaction, read-only ones included.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // ErrNoConnection: the connection does not exist for the organization.
 var ErrNoConnection = errors.New("no such integration connection for the organization")
 
@@ -141,7 +148,7 @@ type Counts struct {
 
 // ReadCounts counts the connections that are disabled, unauthorized and
 // failing.
-func ReadCounts(ctx context.Context, db DB) (Counts, error) {
+func ReadCounts(ctx context.Context, db Querier) (Counts, error) {
 	var c Counts
 	if err := db.QueryRow(ctx, countsSQL).Scan(&c.Disabled, &c.Unauthorized, &c.Failing); err != nil {
 		return Counts{}, fmt.Errorf("counting connections by state: %w", err)
@@ -170,7 +177,7 @@ type Connection struct {
 // List returns up to limit connections of the organization (all with an
 // empty organizationID) that are disabled, unauthorized or failing, the
 // longest-standing first.
-func List(ctx context.Context, db DB, organizationID string, limit int) ([]Connection, error) {
+func List(ctx context.Context, db Querier, organizationID string, limit int) ([]Connection, error) {
 	var org any
 	if organizationID != "" {
 		org = organizationID
