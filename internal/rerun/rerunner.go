@@ -187,6 +187,10 @@ func (r *Rerunner) requeue(ctx context.Context, req Request) (res Result, st sta
 		res, st, err = r.requeueIn(ctx, tx, req)
 		return err
 	})
+	var field *strictjson.FieldError
+	if errors.As(err, &field) {
+		return Result{}, stats{}, err // a payload error found in the database (enableConnection): as Parse's
+	}
 	if err != nil {
 		return Result{}, stats{}, fmt.Errorf("rerun: %w", err)
 	}
