@@ -110,7 +110,13 @@
         (p.new_failing_conflict_id, 'connection_failing', 'medium',
          'The ' || coalesce(p.provider, '') || ' connection has failed on every call since '
             || to_char(p.failing_since at time zone 'UTC', 'YYYY-MM-DD HH24:MI "UTC"')
-            || '. Its commands are retried; it is disabled if this goes on. Last error: '
+            || '. Its commands are retried'
+            || case when @disable_after_seconds::float8 > 0
+                then '; if every call still fails at '
+                    || to_char((p.failing_since + make_interval(secs => @disable_after_seconds)) at time zone 'UTC', 'YYYY-MM-DD HH24:MI "UTC"')
+                    || ' it will be disabled'
+                else '' end
+            || '. Last error: '
             || coalesce(p.last_error, 'none recorded')),
         (p.new_disabled_conflict_id, 'connection_disabled', 'high',
          'The ' || coalesce(p.provider, '') || ' connection was disabled: every call has failed since '
