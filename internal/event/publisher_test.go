@@ -226,3 +226,28 @@ func TestPublishPendingIsBoundedPerRun(t *testing.T) {
 		t.Fatalf("%d events arrived, want 15", n)
 	}
 }
+
+// Published events are deleted once older than Keep; pending ones never.
+func TestPublishedEventsAreDeletedAfterKeep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := pg.NewDB(t)
+	org := f.NewID(t)
+	if _, err := f.Pool.Exec(ctx, `insert into integration_outbox_events (id, detail_type, organization_id, detail, created_at, published_at)
+		values (gen_random_uuid(), 'Command Failing', $1, '{}', now() - interval '9 days', now() - interval '8 days'),
+		       (gen_random_uuid(), 'Command Failing', $1, '{}', now() - interval '2 days', now() - interval '2 days'),
+		       (gen_random_uuid(), 'Command Failing', $1, '{}', now() - interval '9 days', null)`, org); err != nil {
+		t.Fatal(err)
+	}
+	bus := testenv.NewEventBus(t, moto, event.Source)
+	pub, err := event.NewPublisher(f.Pool, bus.Client, event.Config{BusName: bus.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := pub.PublishPending(ctx); err != nil || p.Sent != 1 {
+		t.Fatalf("sent %+v (%v), want the pending one", p, err)
+	}
+	if n := f.Count(t, `select count(*) from integration_outbox_events`); n != 2 {
+		t.Errorf("%d events left, want 2: the one published 8 days ago deleted", n)
+	}
+}
