@@ -162,6 +162,7 @@ func (r *Rerunner) Run(ctx context.Context, req Request) (Result, error) {
 	log.Log(ctx, level, "rerun finished", "requestedBy", req.RequestedBy, "reason", req.Reason,
 		"dryRun", res.DryRun, "matched", res.Matched, "requeued", len(res.Requeued), "skipped", len(res.Skipped),
 		"conflictsResolved", txStats.conflictsResolved, "dispatched", res.Dispatched, "auditId", txStats.auditID,
+		"enableConnection", req.EnableConnection, "wasDisabled", res.EnabledConnection != nil && res.EnabledConnection.WasDisabled,
 		"error", errString(err))
 	return res, err
 }
