@@ -19,6 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"integration-outbox/internal/pgtx"
 )
 
 //go:embed sql/*.sql
@@ -71,6 +73,11 @@ type Unauthorized struct {
 	Reason string
 	// Events writes the Connection Unauthorized event (EVENT_BUS_NAME set).
 	Events bool
+	// ConflictID is the open connection_unauthorized conflict the caller
+	// already opened for this, if any: it becomes the connection's (resolved
+	// when it recovers) and no second one is opened. Empty: MarkUnauthorized
+	// opens one.
+	ConflictID string
 }
 
 // MarkUnauthorized records that u's connection must be authorized again, in
@@ -82,7 +89,7 @@ func MarkUnauthorized(ctx context.Context, db DB, u Unauthorized) (marked bool, 
 	var exists bool
 	if err := db.QueryRow(ctx, markUnauthorizedSQL, pgx.NamedArgs{
 		"organization_id": u.OrganizationID, "connection_id": u.ConnectionID,
-		"reason": u.Reason, "events_on": u.Events,
+		"reason": u.Reason, "events_on": u.Events, "conflict_id": pgtx.Nullable(u.ConflictID),
 	}).Scan(&exists, &marked); err != nil {
 		return false, fmt.Errorf("marking connection %s unauthorized: %w", u.ConnectionID, err)
 	}

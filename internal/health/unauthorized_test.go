@@ -109,3 +109,37 @@ func TestWithEventsOffNothingIsRecorded(t *testing.T) {
 		t.Fatalf("%d events written with events off", n)
 	}
 }
+
+// A caller that opened its own connection_unauthorized conflict passes its
+// id: no second conflict opens, and that one is resolved when the
+// connection delivers again.
+func TestMarkUnauthorizedAdoptsTheCallersConflict(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, defaults())
+	ctx := context.Background()
+	w.commands(t, 1)
+	var own string
+	if err := w.f.Pool.QueryRow(ctx, `insert into external_integration_conflicts (organization_id, integration_connection_id,
+		conflict_type, severity, summary, status) values ($1, $2, 'connection_unauthorized', 'high', 'reconnect it', 'open')
+		returning id::text`, w.org, w.conn).Scan(&own); err != nil {
+		t.Fatal(err)
+	}
+	if marked, err := health.MarkUnauthorized(ctx, w.f.Pool, health.Unauthorized{OrganizationID: w.org, ConnectionID: w.conn,
+		Reason: "invalid_grant", Events: true, ConflictID: own}); err != nil || !marked {
+		t.Fatalf("marked %v: %v", marked, err)
+	}
+	if n := w.conflicts(t, "connection_unauthorized", "open"); n != 1 {
+		t.Fatalf("%d open connection_unauthorized conflicts, want the caller's one", n)
+	}
+	if _, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn); err != nil {
+		t.Fatal(err)
+	}
+	w.attempt(t, 1, true)
+	var status string
+	if err := w.f.Pool.QueryRow(ctx, `select status from external_integration_conflicts where id = $1`, own).Scan(&status); err != nil || status != "resolved" {
+		t.Fatalf("the caller's conflict is %q (%v), want resolved", status, err)
+	}
+	if got := w.publish(t); len(got[event.ConnectionUnauthorized]) != 1 || len(got[event.ConnectionRecovered]) != 1 {
+		t.Fatalf("delivered %v, want one Connection Unauthorized and one Connection Recovered", got)
+	}
+}

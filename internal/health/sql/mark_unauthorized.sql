@@ -2,7 +2,8 @@
 -- grant must be renewed): the claim takes none of its rows, which keep their
 -- attempts, until Reauthorized clears it. The first time only (a repeat
 -- changes nothing): one connection_unauthorized conflict opens (unless one is
--- open) and one Connection Unauthorized event is written (@events_on). The
+-- open, or the caller opened it: @conflict_id, kept as the connection's) and
+-- one Connection Unauthorized event is written (@events_on). The
 -- state row is locked first, so two callers at once decide this once. It
 -- returns whether the connection exists and whether this call marked it.
 
@@ -16,8 +17,9 @@ with conn as (
     for update
 ), plan as (
     select c.id, c.organization_id, c.provider, c.location_id, b.failing_since, b.last_error,
-        b.unauthorized_since is null as marks, b.unauthorized_conflict_id,
-        case when b.unauthorized_conflict_id is null then gen_random_uuid() end as new_conflict_id,
+        b.unauthorized_since is null as marks,
+        coalesce(b.unauthorized_conflict_id, @conflict_id::uuid) as unauthorized_conflict_id,
+        case when b.unauthorized_conflict_id is null and @conflict_id::uuid is null then gen_random_uuid() end as new_conflict_id,
         left(coalesce(nullif(@reason::text, ''), 'the provider refused the connection''s grant'), 1000) as reason
     from conn c
     left join before b on true
