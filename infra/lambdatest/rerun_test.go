@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // seedRerun: Acme's rows in each state a rerun meets, created in November
@@ -51,6 +52,13 @@ type rerunResult struct {
 		Reason string `json:"reason"`
 	} `json:"skipped"`
 	Dispatched int `json:"dispatched"`
+	// EnabledConnection answers an enableConnection payload only.
+	EnabledConnection *struct {
+		ConnectionID string     `json:"connectionId"`
+		WasDisabled  bool       `json:"wasDisabled"`
+		DisabledAt   *time.Time `json:"disabledAt"`
+		MadeDue      int        `json:"madeDue"`
+	} `json:"enabledConnection"`
 }
 
 // rerunWant is what one sample event must do to the seeded rows.
@@ -75,6 +83,9 @@ var rerunWants = map[string]rerunWant{
 	"rerun-ids.json": {skipped: []string{"0b6e2c55-2b0c-4d8e-9a43-5f1f0c1d2e3f"}},
 	// A connection and a day with no rows.
 	"dry-run-filter.json": {dryRun: true},
+	// Acme's connection, not disabled: nothing to enable, no row requeued
+	// (the request is audited).
+	"enable-connection.json": {},
 }
 
 // rerunEvent is the part of a sample payload the checks compare with.
@@ -85,6 +96,8 @@ type rerunEvent struct {
 	DryRun         bool   `json:"dryRun"`
 	Reason         string `json:"reason"`
 	RequestedBy    string `json:"requestedBy"`
+	// EnableConnection is set in the enableConnection sample only.
+	EnableConnection string `json:"enableConnection"`
 }
 
 func TestRIERerunFunction(t *testing.T) {
@@ -117,6 +130,10 @@ func TestRIERerunFunction(t *testing.T) {
 				t.Errorf("requeued and skipped must be lists, never null: %s", inv.Body)
 			}
 			checkRerun(t, s, payload, before, got)
+			if enable := payload.EnableConnection; (enable != "") != (got.EnabledConnection != nil) ||
+				(enable != "" && got.EnabledConnection.ConnectionID != enable) {
+				t.Errorf("enableConnection %q answered %s", enable, inv.Body)
+			}
 
 			want, ok := rerunWants[ev.Name]
 			if !ok {

@@ -42,6 +42,12 @@ type pipeline struct {
 
 func newPipeline(t *testing.T) *pipeline {
 	t.Helper()
+	return newPipelineWith(t, nil)
+}
+
+// newPipelineWith is newPipeline with more environment variables.
+func newPipelineWith(t *testing.T, extra map[string]string) *pipeline {
+	t.Helper()
 	ctx := context.Background()
 	f := pg.NewDB(t)
 	sq := sqs.NewFromConfig(moto.AWSConfig())
@@ -50,6 +56,9 @@ func newPipeline(t *testing.T) *pipeline {
 		"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": queue, "AWS_REGION": "us-east-1",
 		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_ENDPOINT_URL": moto.URL,
 		"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "PROVIDER_TIMEOUT": "5s", "AWS_LAMBDA_LOG_LEVEL": "INFO",
+	}
+	for k, v := range extra {
+		env[k] = v
 	}
 	out := &testenv.Buffer{}
 	a, err := app.New(ctx, func(k string) string { return env[k] }, out, 0)

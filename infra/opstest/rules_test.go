@@ -211,7 +211,7 @@ func TestAlarmsAreWellFormedAndActionable(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"WebhookDeadLetteredAlarm", "WebhookFailureRatioAlarm", "MalformedMessagesAlarm",
-		"ResultsRefusedAlarm", "DispatchScheduleDeadLetterAlarm"} {
+		"ResultsRefusedAlarm", "DispatchScheduleDeadLetterAlarm", "ConnectionsHeldAlarm"} {
 		if alarms[want] == nil {
 			t.Errorf("no %s", want)
 		}

@@ -236,7 +236,7 @@ func TestStuck(t *testing.T) {
 		t.Fatalf("stuck: %+v", r)
 	}
 	sections := strings.Split(r.stdout, "\n\n")
-	if len(sections) != 6 {
+	if len(sections) != 7 {
 		t.Fatalf("%d sections:\n%s", len(sections), r.stdout)
 	}
 	for i, want := range []struct{ head, id string }{
@@ -251,10 +251,14 @@ func TestStuck(t *testing.T) {
 		!strings.Contains(sections[4], " open ") {
 		t.Errorf("circuit section lacks the open circuit of %s:\n%s", x.conn, sections[4])
 	}
+	// Nothing disabled, unauthorized or failing here.
+	if !strings.Contains(sections[5], "connections disabled") || !strings.HasSuffix(sections[5], ": 0") {
+		t.Errorf("connections section:\n%s", sections[5])
+	}
 	// The accepted row has no claim token of ours: the old worker left it.
-	if !strings.Contains(sections[5], "left in processing by the old worker") || !strings.Contains(sections[5], x.accepted) ||
-		!strings.Contains(sections[5], "no follow-up time yet") {
-		t.Errorf("old worker section lacks the accepted row %s:\n%s", x.accepted, sections[5])
+	if !strings.Contains(sections[6], "left in processing by the old worker") || !strings.Contains(sections[6], x.accepted) ||
+		!strings.Contains(sections[6], "no follow-up time yet") {
+		t.Errorf("old worker section lacks the accepted row %s:\n%s", x.accepted, sections[6])
 	}
 	// Thresholds move rows in and out.
 	r = x.run(t, "", "stuck", "-org", x.org, "-accepted-for", "3h", "-overdue-for", "2h")
@@ -263,7 +267,7 @@ func TestStuck(t *testing.T) {
 	}
 	// Another organization has nothing stuck.
 	r = x.run(t, "", "stuck", "-org", x.f.NewID(t))
-	if strings.Count(r.stdout, ": 0\n") != 6 {
+	if strings.Count(r.stdout, ": 0\n") != 7 {
 		t.Errorf("stuck for an empty organization:\n%s", r.stdout)
 	}
 }

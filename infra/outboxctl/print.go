@@ -132,6 +132,17 @@ func printStuck(w io.Writer, s report.Stuck, accepted, overdue time.Duration) {
 			fmt.Fprintf(w, "(%d more: raise -limit)\n", c.Total-len(c.Circuits))
 		}
 	}
+	fmt.Fprintf(w, "\nconnections disabled (rows held until enabled: rerun enableConnection), unauthorized (held until its credentials are replaced) or failing: %d\n", len(s.Connections))
+	if len(s.Connections) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CONNECTION\tORGANIZATION\tPROVIDER\tSTATE\tSINCE\tFAILING SINCE\tWAITING ROWS\tWHY")
+		for _, x := range s.Connections {
+			since := x.Since
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", x.ConnectionID, x.OrganizationID, dash(x.Provider),
+				x.State, stamp(&since), stamp(x.FailingSince), x.Waiting, dash(x.Reason))
+		}
+		tw.Flush()
+	}
 	o := s.OldWorker
 	fmt.Fprintf(w, "\nleft in processing by the old worker, waiting for the lease or follow-up time make migrate gave them: %d\n", o.Total)
 	if len(o.Rows) > 0 {

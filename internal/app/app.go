@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -21,6 +22,8 @@ import (
 	"integration-outbox/internal/config"
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/dispatch"
+	"integration-outbox/internal/event"
+	"integration-outbox/internal/health"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
@@ -121,6 +124,10 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", function, err)
 	}
+	events, err := a.EventPublisher()
+	if err != nil {
+		return nil, err
+	}
 	return dispatch.New(a.outboxStore(), sender, dispatch.Config{
 		Reconnections: creds,
 		Routes:        a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
@@ -129,7 +136,34 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 		ProviderMaxInFlight: a.Providers().MaxInFlightDefaults(),
 		RoomWait:            DispatchRoomWait,
 		Metrics:             metrics.NewEmitter(a.Out, function),
+		Events:              events,
+		ConnectionCounts: func(ctx context.Context) (health.Counts, error) {
+			return health.ReadCounts(ctx, a.Pool)
+		},
 	})
+}
+
+// EventPublisher builds the publisher of the recorded events to
+// EVENT_BUS_NAME; nil (no error) when events are off. A nil publisher is
+// returned as a nil interface, so the dispatcher sees none.
+func (a *App) EventPublisher() (dispatch.EventPublisher, error) {
+	if a.Config.EventBusName == "" {
+		return nil, nil
+	}
+	p, err := event.NewPublisher(a.Pool, eventbridge.NewFromConfig(a.AWS), event.Config{
+		BusName: a.Config.EventBusName, Logger: a.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Health is the connection health the outbox statements keep, from the
+// configuration; events are recorded only with EVENT_BUS_NAME set.
+func (a *App) Health() outbox.Health {
+	return outbox.Health{Events: a.Config.EventBusName != "", FailingAfter: a.Config.ConnectionFailingAfter,
+		DisableAfter: a.Config.ConnectionDisableAfter, DisableMinSpan: a.Config.ConnectionDisableMinSpan,
+		CommandFailingAfterAttempts: a.Config.CommandFailingAfterAttempts}
 }
 
 // outboxStore is the outbox store of every function that claims or
@@ -137,7 +171,7 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 // no circuit state is read or written).
 func (a *App) outboxStore() *outbox.Store {
 	return outbox.NewStore(a.Pool).WithCircuit(outbox.Circuit{
-		FailureThreshold: a.Config.CircuitFailureThreshold, Cooldown: a.Config.CircuitCooldown})
+		FailureThreshold: a.Config.CircuitFailureThreshold, Cooldown: a.Config.CircuitCooldown}).WithHealth(a.Health())
 }
 
 // Providers builds the provider registry. The sandbox is in it only with
@@ -171,7 +205,7 @@ func (a *App) Credentials() (*credential.Resolver, error) {
 		AllowUntagged: a.Config.CredentialAllowUntagged, Logger: a.Logger,
 		OAuth: credential.OAuthConfig{DB: a.Pool, Secrets: sm,
 			HTTPClient:           provider.GuardedHTTPClient(a.Config.AllowPrivateNetworks, a.Config.ProviderTimeout),
-			AllowPrivateNetworks: a.Config.AllowPrivateNetworks},
+			AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Events: a.Config.EventBusName != ""},
 	})
 }
 

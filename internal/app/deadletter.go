@@ -13,6 +13,6 @@ const ReleaseDeadLettersFunction = "release-dead-letters"
 // queue: it releases the rows of messages the push function never managed
 // to handle.
 func (a *App) DeadLetterReleaser() (*deadletter.Releaser, error) {
-	return deadletter.New(outbox.NewStore(a.Pool), deadletter.Config{MaxAttempts: a.Config.MaxAttempts,
+	return deadletter.New(outbox.NewStore(a.Pool).WithHealth(a.Health()), deadletter.Config{MaxAttempts: a.Config.MaxAttempts,
 		Logger: a.Logger, Metrics: metrics.NewEmitter(a.Out, ReleaseDeadLettersFunction)})
 }

@@ -56,6 +56,22 @@ type Config struct {
 	CircuitCooldown         time.Duration // CIRCUIT_COOLDOWN
 	PushBatchSize           int           // PUSH_BATCH_SIZE: SQS records per push invocation
 	PushMaximumConcurrency  int           // PUSH_MAXIMUM_CONCURRENCY: most concurrent push invocations
+	// EventBusName is EVENT_BUS_NAME: the EventBridge bus the events go to;
+	// empty: events are off, and none is even recorded.
+	EventBusName string
+	// CommandFailingAfterAttempts is COMMAND_FAILING_AFTER_ATTEMPTS: the
+	// failed attempt of a command that publishes its Command Failing event.
+	CommandFailingAfterAttempts int
+	// ConnectionFailingAfter is CONNECTION_FAILING_AFTER: how long a
+	// connection's every call must have failed before its
+	// connection_failing conflict opens.
+	ConnectionFailingAfter time.Duration
+	// ConnectionDisableAfter is CONNECTION_DISABLE_AFTER: how long before
+	// it is disabled (0: never).
+	ConnectionDisableAfter time.Duration
+	// ConnectionDisableMinSpan is CONNECTION_DISABLE_MIN_SPAN: the least
+	// time between its first and last failure for it to be disabled.
+	ConnectionDisableMinSpan time.Duration
 }
 
 // Need names what a function requires beyond the defaults.
@@ -70,28 +86,42 @@ const (
 func Load(getenv func(string) string, need Need) (Config, error) {
 	r := reader{getenv: getenv}
 	c := Config{
-		DatabaseURL:               r.str("DATABASE_URL", ""),
-		DatabaseSecretARN:         r.str("DATABASE_SECRET_ARN", ""),
-		PushPurchaseOrderQueueURL: r.str("PUSH_PURCHASE_ORDER_QUEUE_URL", ""),
-		ClaimBatchSize:            r.intRange("CLAIM_BATCH_SIZE", 50, 1, 1000),
-		DispatchMaxPerRun:         r.intRange("DISPATCH_MAX_PER_RUN", 5000, 1, 1_000_000),
-		MaxAttempts:               r.intRange("MAX_ATTEMPTS", DefaultMaxAttempts, 1, 1000),
-		Lease:                     time.Duration(r.intRange("LEASE_SECONDS", 2400, 1, math.MaxInt32)) * time.Second,
-		PushConcurrency:           r.intRange("PUSH_CONCURRENCY", 10, 1, 1000),
-		ProviderTimeout:           r.duration("PROVIDER_TIMEOUT", 10*time.Second),
-		CredentialReferencePrefix: r.str("CREDENTIAL_REFERENCE_PREFIX", "integrations/"),
-		CredentialCacheTTL:        r.duration("CREDENTIAL_CACHE_TTL", 5*time.Minute),
-		CredentialAllowUntagged:   r.boolean("CREDENTIAL_ALLOW_UNTAGGED_SECRETS", false),
-		AllowPrivateNetworks:      r.boolean("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
-		SandboxProviderEnabled:    r.boolean("SANDBOX_PROVIDER_ENABLED", false),
-		LogLevel:                  r.logLevel(),
-		AWSRegion:                 r.str("AWS_REGION", ""),
-		RetentionAge:              r.duration("RETENTION_AGE", 0),
-		ConnectionMaxInFlight:     r.intRange("CONNECTION_MAX_IN_FLIGHT", 10, 0, 1_000_000),
-		CircuitFailureThreshold:   r.intRange("CIRCUIT_FAILURE_THRESHOLD", 5, 0, 1_000_000),
-		CircuitCooldown:           r.duration("CIRCUIT_COOLDOWN", time.Minute),
-		PushBatchSize:             r.intRange("PUSH_BATCH_SIZE", 10, 1, 10_000),
-		PushMaximumConcurrency:    r.intRange("PUSH_MAXIMUM_CONCURRENCY", 5, 1, 10_000),
+		DatabaseURL:                 r.str("DATABASE_URL", ""),
+		DatabaseSecretARN:           r.str("DATABASE_SECRET_ARN", ""),
+		PushPurchaseOrderQueueURL:   r.str("PUSH_PURCHASE_ORDER_QUEUE_URL", ""),
+		ClaimBatchSize:              r.intRange("CLAIM_BATCH_SIZE", 50, 1, 1000),
+		DispatchMaxPerRun:           r.intRange("DISPATCH_MAX_PER_RUN", 5000, 1, 1_000_000),
+		MaxAttempts:                 r.intRange("MAX_ATTEMPTS", DefaultMaxAttempts, 1, 1000),
+		Lease:                       time.Duration(r.intRange("LEASE_SECONDS", 2400, 1, math.MaxInt32)) * time.Second,
+		PushConcurrency:             r.intRange("PUSH_CONCURRENCY", 10, 1, 1000),
+		ProviderTimeout:             r.duration("PROVIDER_TIMEOUT", 10*time.Second),
+		CredentialReferencePrefix:   r.str("CREDENTIAL_REFERENCE_PREFIX", "integrations/"),
+		CredentialCacheTTL:          r.duration("CREDENTIAL_CACHE_TTL", 5*time.Minute),
+		CredentialAllowUntagged:     r.boolean("CREDENTIAL_ALLOW_UNTAGGED_SECRETS", false),
+		AllowPrivateNetworks:        r.boolean("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
+		SandboxProviderEnabled:      r.boolean("SANDBOX_PROVIDER_ENABLED", false),
+		LogLevel:                    r.logLevel(),
+		AWSRegion:                   r.str("AWS_REGION", ""),
+		RetentionAge:                r.duration("RETENTION_AGE", 0),
+		ConnectionMaxInFlight:       r.intRange("CONNECTION_MAX_IN_FLIGHT", 10, 0, 1_000_000),
+		CircuitFailureThreshold:     r.intRange("CIRCUIT_FAILURE_THRESHOLD", 5, 0, 1_000_000),
+		CircuitCooldown:             r.duration("CIRCUIT_COOLDOWN", time.Minute),
+		PushBatchSize:               r.intRange("PUSH_BATCH_SIZE", 10, 1, 10_000),
+		PushMaximumConcurrency:      r.intRange("PUSH_MAXIMUM_CONCURRENCY", 5, 1, 10_000),
+		EventBusName:                r.str("EVENT_BUS_NAME", ""),
+		CommandFailingAfterAttempts: r.intRange("COMMAND_FAILING_AFTER_ATTEMPTS", 4, 1, 1000),
+		ConnectionFailingAfter:      r.duration("CONNECTION_FAILING_AFTER", time.Hour),
+		ConnectionDisableAfter:      r.duration("CONNECTION_DISABLE_AFTER", 120*time.Hour),
+		ConnectionDisableMinSpan:    r.duration("CONNECTION_DISABLE_MIN_SPAN", 12*time.Hour),
+	}
+	if c.ConnectionFailingAfter < time.Second {
+		r.fail("CONNECTION_FAILING_AFTER", fmt.Sprintf("must be at least 1s, got %s", c.ConnectionFailingAfter))
+	}
+	if c.ConnectionDisableAfter != 0 && c.ConnectionDisableAfter < time.Second {
+		r.fail("CONNECTION_DISABLE_AFTER", fmt.Sprintf("must be 0 (never) or at least 1s, got %s", c.ConnectionDisableAfter))
+	}
+	if c.ConnectionDisableMinSpan != 0 && c.ConnectionDisableMinSpan < time.Second {
+		r.fail("CONNECTION_DISABLE_MIN_SPAN", fmt.Sprintf("must be 0 or at least 1s, got %s", c.ConnectionDisableMinSpan))
 	}
 	if c.RetentionAge != 0 && c.RetentionAge < time.Hour {
 		r.fail("RETENTION_AGE", fmt.Sprintf("must be empty (off) or at least 1h, got %q", r.str("RETENTION_AGE", "")))

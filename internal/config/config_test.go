@@ -20,7 +20,9 @@ func TestDefaults(t *testing.T) {
 		Lease: 2400 * time.Second, PushConcurrency: 10, ProviderTimeout: 10 * time.Second,
 		CredentialReferencePrefix: "integrations/", CredentialCacheTTL: 5 * time.Minute, LogLevel: slog.LevelInfo,
 		DispatchMaxInFlight: 100, ConnectionMaxInFlight: 10, CircuitFailureThreshold: 5, CircuitCooldown: time.Minute,
-		PushBatchSize: 10, PushMaximumConcurrency: 5}
+		PushBatchSize: 10, PushMaximumConcurrency: 5,
+		CommandFailingAfterAttempts: 4, ConnectionFailingAfter: time.Hour, ConnectionDisableAfter: 120 * time.Hour,
+		ConnectionDisableMinSpan: 12 * time.Hour}
 	if c != want {
 		t.Errorf("got %+v\nwant %+v", c, want)
 	}
@@ -138,5 +140,45 @@ func TestOverloadVariables(t *testing.T) {
 	c, err = Load(env(map[string]string{"DATABASE_URL": "x", "DISPATCH_MAX_IN_FLIGHT": "0", "CIRCUIT_COOLDOWN": "2m30s"}), 0)
 	if err != nil || c.DispatchMaxInFlight != 0 || c.CircuitCooldown != 150*time.Second {
 		t.Errorf("explicit values: %+v, %v", c, err)
+	}
+}
+
+// The connection health durations take a Go duration or seconds, down to
+// 1s; CONNECTION_DISABLE_AFTER 0 is never; shorter than a second is refused
+// naming the variable.
+func TestConnectionHealthDurations(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want [3]time.Duration // failing after, disable after, min span
+		bad  string
+	}{
+		{env: map[string]string{"CONNECTION_FAILING_AFTER": "1", "CONNECTION_DISABLE_AFTER": "1s", "CONNECTION_DISABLE_MIN_SPAN": "1"},
+			want: [3]time.Duration{time.Second, time.Second, time.Second}},
+		{env: map[string]string{"CONNECTION_FAILING_AFTER": "90m", "CONNECTION_DISABLE_AFTER": "0", "CONNECTION_DISABLE_MIN_SPAN": "0"},
+			want: [3]time.Duration{90 * time.Minute, 0, 0}},
+		{env: map[string]string{"CONNECTION_DISABLE_AFTER": "432000"}, // 120h in seconds
+			want: [3]time.Duration{time.Hour, 120 * time.Hour, 12 * time.Hour}},
+		{env: map[string]string{"CONNECTION_FAILING_AFTER": "0"}, bad: "CONNECTION_FAILING_AFTER"},
+		{env: map[string]string{"CONNECTION_FAILING_AFTER": "500ms"}, bad: "CONNECTION_FAILING_AFTER"},
+		{env: map[string]string{"CONNECTION_DISABLE_AFTER": "999ms"}, bad: "CONNECTION_DISABLE_AFTER"},
+		{env: map[string]string{"CONNECTION_DISABLE_AFTER": "five days"}, bad: "CONNECTION_DISABLE_AFTER"},
+		{env: map[string]string{"CONNECTION_DISABLE_MIN_SPAN": "10ms"}, bad: "CONNECTION_DISABLE_MIN_SPAN"},
+		{env: map[string]string{"COMMAND_FAILING_AFTER_ATTEMPTS": "0"}, bad: "COMMAND_FAILING_AFTER_ATTEMPTS"},
+	} {
+		tc.env["DATABASE_URL"] = "x"
+		c, err := Load(env(tc.env), 0)
+		if tc.bad != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.bad) {
+				t.Errorf("%v: error %v, want one naming %s", tc.env, err, tc.bad)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", tc.env, err)
+			continue
+		}
+		if got := [3]time.Duration{c.ConnectionFailingAfter, c.ConnectionDisableAfter, c.ConnectionDisableMinSpan}; got != tc.want {
+			t.Errorf("%v: got %v, want %v", tc.env, got, tc.want)
+		}
 	}
 }

@@ -30,9 +30,10 @@ from integration_outbox_connection_authorization where connection_id = $1`
 
 // markUnauthorizedSQL records that the provider refused the grant of a
 // connection's secret version and opens the connection's one open
-// connection_unauthorized conflict, unless it has one already. $1
-// connection, $2 organization, $3 credential_reference, $4 secret version,
-// $5 last_error, $6 summary.
+// connection_unauthorized conflict, unless it has one already, returning
+// the new conflict's id (no row: one was open). $1 connection, $2
+// organization, $3 credential_reference, $4 secret version, $5 last_error,
+// $6 summary.
 const markUnauthorizedSQL = `
 with marked as (
     insert into integration_outbox_connection_authorization as a (connection_id, organization_id,
@@ -58,7 +59,8 @@ left join integration_connections c on c.id = m.connection_id and c.organization
 where not exists (
     select 1 from external_integration_conflicts x
     where x.integration_connection_id = m.connection_id and x.organization_id = $2
-        and x.conflict_type = 'connection_unauthorized' and x.status = 'open')`
+        and x.conflict_type = 'connection_unauthorized' and x.status = 'open')
+returning id::text`
 
 // needingReauthorizationSQL lists the connections that need
 // reauthorization.

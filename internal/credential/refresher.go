@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/oauth2"
+
+	"integration-outbox/internal/health"
 )
 
 // ErrReauthorizationNeeded marks an OAuth2 connection whose grant the
@@ -45,6 +47,7 @@ type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // OAuthConfig configures the refresh of OAuth2 secrets.
@@ -61,6 +64,9 @@ type OAuthConfig struct {
 	// AllowPrivateNetworks is WEBHOOK_ALLOW_PRIVATE_NETWORKS: http token
 	// URLs are accepted too.
 	AllowPrivateNetworks bool
+	// Events: a connection found needing reauthorization also records its
+	// Connection Unauthorized event (EVENT_BUS_NAME is set).
+	Events bool
 	// Margin: an access token is refreshed this long before it expires
 	// (default DefaultRefreshMargin).
 	Margin time.Duration
@@ -402,7 +408,7 @@ func (o *oauthRefresher) checkAuthorized(ctx context.Context, c Connection) erro
 		return fmt.Errorf("resolving credential_reference %q: the provider refused the OAuth2 grant of this secret version; reconnect the connection to write a new one: %w",
 			clip(c.Reference), ErrReauthorizationNeeded)
 	}
-	_, _, err = o.clear(ctx, c.ID, cur.versionID)
+	_, _, err = o.clear(ctx, c.OrganizationID, c.ID, cur.versionID)
 	return err
 }
 
@@ -427,7 +433,20 @@ func (o *oauthRefresher) recordUnauthorized(ctx context.Context, c Connection, v
 	// next container would present the refused grant again.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := o.cfg.DB.Exec(mctx, markUnauthorizedSQL, c.ID, c.OrganizationID, c.Reference, versionID, why, summary); err != nil {
+	// One transaction: the refused secret version and its conflict, and
+	// the connection's health (its hold and its Connection Unauthorized
+	// event, internal/health), which adopts that conflict.
+	err := pgx.BeginFunc(mctx, o.cfg.DB, func(tx pgx.Tx) error {
+		var conflictID string
+		err := tx.QueryRow(mctx, markUnauthorizedSQL, c.ID, c.OrganizationID, c.Reference, versionID, why, summary).Scan(&conflictID)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) { // no row: its conflict is open already
+			return err
+		}
+		_, err = health.MarkUnauthorized(mctx, tx, health.Unauthorized{OrganizationID: c.OrganizationID,
+			ConnectionID: c.ID, Reason: why, Events: o.cfg.Events, ConflictID: conflictID})
+		return err
+	})
+	if err != nil {
 		return unavailable(c.Reference, fmt.Errorf("recording that the connection needs reauthorization (%s): %w", why, err))
 	}
 	o.r.log.WarnContext(ctx, "OAuth2 grant refused: the connection needs reauthorization", "connectionId", c.ID,
@@ -462,11 +481,22 @@ func (r *Resolver) NeedsReauthorization(ctx context.Context, c Connection, why s
 	return true, nil
 }
 
-// clear clears c's state when versionID differs from the refused one and
-// resolves its conflicts.
-func (o *oauthRefresher) clear(ctx context.Context, connectionID, versionID string) (cleared, resolved int64, err error) {
-	err = o.cfg.DB.QueryRow(ctx, clearUnauthorizedSQL, connectionID, versionID,
-		"The connection was reconnected: its secret has a new version.").Scan(&cleared, &resolved)
+// clear clears c's state when versionID differs from the refused one,
+// resolves its conflicts and ends its hold (internal/health: its rows are
+// claimed again; Connection Recovered follows its first delivery), in one
+// transaction.
+func (o *oauthRefresher) clear(ctx context.Context, organizationID, connectionID, versionID string) (cleared, resolved int64, err error) {
+	err = pgx.BeginFunc(ctx, o.cfg.DB, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, clearUnauthorizedSQL, connectionID, versionID,
+			"The connection was reconnected: its secret has a new version.").Scan(&cleared, &resolved); err != nil {
+			return err
+		}
+		if cleared == 0 {
+			return nil
+		}
+		_, err := health.Reauthorized(ctx, tx, organizationID, connectionID)
+		return err
+	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("clearing the reauthorization state of connection %s: %w", connectionID, err)
 	}
@@ -514,7 +544,7 @@ func (r *Resolver) CheckReauthorized(ctx context.Context) (int, error) {
 		if current == "" || current == w.versionID {
 			continue
 		}
-		cleared, resolved, err := r.oauth.clear(ctx, w.connectionID, current)
+		cleared, resolved, err := r.oauth.clear(ctx, w.organizationID, w.connectionID, current)
 		if err != nil {
 			return resumed, err
 		}

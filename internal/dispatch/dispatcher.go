@@ -20,6 +20,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"integration-outbox/internal/config"
+	"integration-outbox/internal/event"
+	"integration-outbox/internal/health"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/metrics"
@@ -38,6 +40,11 @@ type Store interface {
 // Sender sends message batches (an *sqs.Client).
 type Sender interface {
 	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
+}
+
+// EventPublisher publishes the pending events (an *event.Publisher).
+type EventPublisher interface {
+	PublishPending(ctx context.Context) (event.Published, error)
 }
 
 // Routes maps a command type to the URL of the queue its function consumes.
@@ -85,6 +92,13 @@ type Config struct {
 	Logger  *slog.Logger
 	// Metrics receives one EMF line per run (nil: none).
 	Metrics *metrics.Emitter
+	// Events, when set (EVENT_BUS_NAME), publishes the pending events at
+	// the end of each run: those the run's own statements wrote and those
+	// a push or an earlier publish left.
+	Events EventPublisher
+	// ConnectionCounts, when set, counts the connections that are
+	// disabled, unauthorized and failing, for the run's metrics.
+	ConnectionCounts func(ctx context.Context) (health.Counts, error)
 }
 
 // Dispatcher runs dispatch invocations.
@@ -142,7 +156,10 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
 		s   Summary
 		run = runStats{}
 	)
-	defer func() { d.emit(s, run) }()
+	defer func() {
+		d.publish(ctx, log, &run)
+		d.emit(s, run)
+	}()
 	scope := outbox.ClaimParams{MaxAttempts: d.cfg.MaxAttempts, Lease: d.cfg.Lease,
 		MaxInFlight: d.cfg.MaxInFlight, ConnectionMaxInFlight: d.cfg.ConnectionMaxInFlight,
 		ProviderMaxInFlight: d.cfg.ProviderMaxInFlight,
@@ -241,6 +258,30 @@ func (d *Dispatcher) wait(ctx context.Context) bool {
 	}
 }
 
+// publish publishes the pending events and counts the connections by state
+// once the run's claims are done. A failure is logged and leaves the events
+// for the next run: it does not fail the dispatch.
+func (d *Dispatcher) publish(ctx context.Context, log *slog.Logger, run *runStats) {
+	if d.cfg.Events != nil {
+		p, err := d.cfg.Events.PublishPending(ctx)
+		run.eventsPublished, run.eventsFailed = p.Sent, p.Failed
+		if err != nil {
+			log.ErrorContext(ctx, "publishing events failed; the next run sends them", "published", p.Sent, "error", err.Error())
+		}
+	}
+	if d.cfg.ConnectionCounts != nil {
+		c, err := d.cfg.ConnectionCounts(ctx)
+		if err != nil {
+			log.ErrorContext(ctx, "counting connections by state failed", "error", err.Error())
+			return
+		}
+		run.connections = &c
+		if c.Disabled+c.Unauthorized > 0 {
+			log.WarnContext(ctx, "connections held", "disabled", c.Disabled, "unauthorized", c.Unauthorized, "failing", c.Failing)
+		}
+	}
+}
+
 // runStats counts what a run did beyond its Summary.
 type runStats struct {
 	reclaimed    int // rows claimed again after their lease expired
@@ -249,15 +290,29 @@ type runStats struct {
 	waits        int // waits for room under an in-flight cap
 	entityWaits  int // waits for a row this run sent, with commands of its entity behind it
 	noConnection int // rows without a connection, ended as configuration_invalid
+	// Events published and refused (left for the next run).
+	eventsPublished, eventsFailed int
+	// connections counts the connections by state (nil: not counted).
+	connections *health.Counts
 }
 
 func (d *Dispatcher) emit(s Summary, run runStats) {
-	d.cfg.Metrics.Emit("",
+	values := []metrics.Value{
 		metrics.Counter("Claimed", s.Claimed), metrics.Counter("Dispatched", s.Dispatched),
 		metrics.Counter("Released", s.Released), metrics.Counter("Unsupported", s.Unsupported),
 		metrics.Counter("LeasesReclaimed", run.reclaimed), metrics.Counter("DeadLettered", run.deadLettered),
 		metrics.Counter("CircuitProbes", run.probes), metrics.Counter("InFlightCapWaits", run.waits),
-		metrics.Counter("NoConnection", run.noConnection))
+		metrics.Counter("NoConnection", run.noConnection),
+	}
+	if d.cfg.Events != nil {
+		values = append(values, metrics.Counter("EventsPublished", run.eventsPublished),
+			metrics.Counter("EventsFailed", run.eventsFailed))
+	}
+	if c := run.connections; c != nil {
+		values = append(values, metrics.Counter("ConnectionsDisabled", c.Disabled),
+			metrics.Counter("ConnectionsUnauthorized", c.Unauthorized), metrics.Counter("ConnectionsFailing", c.Failing))
+	}
+	d.cfg.Metrics.Emit("", values...)
 }
 
 func logSummary(ctx context.Context, log *slog.Logger, s Summary, run runStats, err error) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"integration-outbox/internal/health"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/report"
@@ -190,6 +191,10 @@ type Stuck struct {
 	// EntitiesWaiting counts the entities whose first command has waited
 	// over an hour with others queued behind it.
 	EntitiesWaiting EntitySection `json:"entitiesWaiting"`
+	// Connections lists the organization's connections that are disabled,
+	// unauthorized or failing, with since when and why (state, since,
+	// failingSince, lastFailureAt, reason, waiting rows).
+	Connections []health.Connection `json:"connections"`
 }
 
 // EntitySection is the entities held up by their first command: how many
@@ -283,7 +288,8 @@ func stuckView(s report.Stuck) *Stuck {
 	}
 	return &Stuck{ExpiredLeases: sectionView(s.ExpiredLeases), AcceptedWaiting: sectionView(s.AcceptedWaiting),
 		OverdueQueued: sectionView(s.OverdueQueued), Failed: sectionView(s.Failed),
-		OldWorker: leftoverView(s.OldWorker), EntitiesWaiting: entities}
+		OldWorker: leftoverView(s.OldWorker), EntitiesWaiting: entities,
+		Connections: append([]health.Connection{}, s.Connections...)}
 }
 
 func leftoverView(s report.LeftoverSection) LeftoverSection {

@@ -45,6 +45,7 @@ func (s *Store) ReleaseDeadLettered(ctx context.Context, msgs []DeadLetteredMess
 	rows, err := s.db.Query(ctx, releaseDeadLetterSQL, pgx.NamedArgs{
 		"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "connection_ids": conns,
 		"max_attempts": maxAttempts,
+		"events_on":    s.health.Events,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("releasing %d dead-lettered messages' rows: %w", len(msgs), err)

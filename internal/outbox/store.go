@@ -67,10 +67,12 @@ type DB interface {
 type Store struct {
 	db      DB
 	circuit Circuit
+	health  Health
 }
 
-// NewStore returns a store on db, its circuit breaker off.
-func NewStore(db DB) *Store { return &Store{db: db} }
+// NewStore returns a store on db, its circuit breaker off, its connection
+// health at DefaultHealth (events off).
+func NewStore(db DB) *Store { return &Store{db: db, health: DefaultHealth()} }
 
 // Circuit configures the circuit breaker that Record feeds.
 type Circuit struct {
@@ -84,7 +86,11 @@ type Circuit struct {
 
 // WithCircuit returns a store on the same database whose Record feeds the
 // circuit breaker c.
-func (s *Store) WithCircuit(c Circuit) *Store { return &Store{db: s.db, circuit: c} }
+func (s *Store) WithCircuit(c Circuit) *Store {
+	n := *s
+	n.circuit = c
+	return &n
+}
 
 // Circuit signals of an Outcome.
 const (
@@ -314,7 +320,7 @@ func (s *Store) DeadLetterExpired(ctx context.Context, p ClaimParams) (int, erro
 	org, ids := p.scope()
 	var n int
 	if err := s.db.QueryRow(ctx, deadLetterExpiredSQL, pgx.NamedArgs{
-		"max_attempts": p.MaxAttempts, "organization_id": org, "ids": ids,
+		"max_attempts": p.MaxAttempts, "organization_id": org, "ids": ids, "events_on": s.health.Events,
 	}).Scan(&n); err != nil {
 		return 0, fmt.Errorf("dead-lettering expired leases: %w", err)
 	}
@@ -357,7 +363,9 @@ func (s *Store) DeadLetterNoConnection(ctx context.Context, claims []Claim) (int
 		return 0, nil
 	}
 	var n int
-	if err := s.db.QueryRow(ctx, noConnectionSQL, claimColumns(claims)).Scan(&n); err != nil {
+	args := claimColumns(claims)
+	args["events_on"] = s.health.Events
+	if err := s.db.QueryRow(ctx, noConnectionSQL, args).Scan(&n); err != nil {
 		return 0, fmt.Errorf("dead-lettering %d rows without a connection: %w", len(claims), err)
 	}
 	return n, nil
@@ -547,6 +555,10 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 		"call_finished_at": callEnds, "provider_called": called, "http_statuses": httpStatuses,
 		"circuit_signals": circuit, "failure_threshold": s.circuit.FailureThreshold,
 		"cooldown_seconds": s.circuit.Cooldown.Seconds(), "uncharged": uncharged,
+		"events_on": s.health.Events, "failing_after_seconds": s.health.FailingAfter.Seconds(),
+		"disable_after_seconds":          s.health.DisableAfter.Seconds(),
+		"disable_min_span_seconds":       s.health.DisableMinSpan.Seconds(),
+		"command_failing_after_attempts": s.health.CommandFailingAfterAttempts,
 	})
 	if err != nil {
 		return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)

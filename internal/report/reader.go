@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"integration-outbox/internal/config"
+	"integration-outbox/internal/health"
 	"integration-outbox/internal/pgtx"
 )
 
@@ -297,6 +298,11 @@ type Stuck struct {
 	// EntityWaitFor with other commands queued behind it (per-entity
 	// order holds them until it ends).
 	EntitiesWaiting EntitySection
+	// Connections: connections disabled (their rows held until an operator
+	// enables them), unauthorized (held until their credentials are
+	// replaced) or failing (every call failing since FailingSince), with
+	// since when and why, the longest-standing first, up to the limit.
+	Connections []health.Connection
 }
 
 // EntitySection lists entities held up by their first command: up to the
@@ -415,6 +421,9 @@ func (r *Reader) Stuck(ctx context.Context, p StuckParams) (Stuck, error) {
 	})
 	if err != nil {
 		return s, fmt.Errorf("reading entities waiting: %w", err)
+	}
+	if s.Connections, err = health.List(ctx, r.db, p.OrganizationID, limit); err != nil {
+		return s, fmt.Errorf("reading connections: %w", err)
 	}
 	rows, err = r.db.Query(ctx, oldWorkerSQL, r.maxAttempts, org, limit)
 	if err != nil {

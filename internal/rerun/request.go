@@ -31,7 +31,7 @@ const (
 var Requeueable = []string{string(outbox.StatusDeadLetter), string(outbox.StatusFailed), string(outbox.StatusUncertain)}
 
 // Request is a validated rerun payload with its defaults applied. Exactly one
-// of OutboxIDs and Filter is set.
+// of OutboxIDs, Filter and EnableConnection is set.
 type Request struct {
 	OrganizationID string
 	// OutboxIDs are lower-case, without duplicates, in the order given.
@@ -43,6 +43,10 @@ type Request struct {
 	DryRun        bool
 	Reason        string
 	RequestedBy   string
+	// EnableConnection, when set, is the only thing the request does:
+	// enable that disabled connection of the organization again (no
+	// outboxIds, filter, limit, resetAttempts, dispatchNow or dryRun).
+	EnableConnection string
 }
 
 // Filter selects rows by their columns; every set field must match.
@@ -69,6 +73,8 @@ type payload struct {
 	DryRun         bool           `json:"dryRun"`
 	Reason         *string        `json:"reason"`
 	RequestedBy    *string        `json:"requestedBy"`
+	// EnableConnection names a disabled connection to enable again.
+	EnableConnection *string `json:"enableConnection"`
 }
 
 type filterPayload struct {
@@ -118,6 +124,10 @@ func (p payload) validate() (Request, error) {
 		req.RequestedBy = strings.TrimSpace(*p.RequestedBy)
 	}
 
+	if p.EnableConnection != nil {
+		return p.validateEnable(req)
+	}
+
 	req.Limit = DefaultLimit
 	if p.Limit != nil {
 		if *p.Limit < 1 || *p.Limit > MaxLimit {
@@ -145,6 +155,31 @@ func (p payload) validate() (Request, error) {
 		req.Filter = f
 	}
 	req.ResetAttempts, req.DispatchNow, req.DryRun = p.ResetAttempts, p.DispatchNow, p.DryRun
+	return req, nil
+}
+
+// validateEnable validates an enableConnection payload: the connection id
+// and nothing of a requeue beside it.
+func (p payload) validateEnable(req Request) (Request, error) {
+	id := *p.EnableConnection
+	if id == "" {
+		return req, strictjson.Fieldf("enableConnection", "must be the id of the connection to enable")
+	}
+	if !message.IsUUID(id) {
+		return req, strictjson.Fieldf("enableConnection", "must be a uuid, got %q", clip(id))
+	}
+	for _, other := range []struct {
+		name string
+		set  bool
+	}{
+		{"outboxIds", p.OutboxIDs != nil}, {"filter", p.Filter != nil}, {"limit", p.Limit != nil},
+		{"resetAttempts", p.ResetAttempts}, {"dispatchNow", p.DispatchNow}, {"dryRun", p.DryRun},
+	} {
+		if other.set {
+			return req, strictjson.Fieldf(other.name, "must be left out with enableConnection: enabling a connection requeues nothing itself")
+		}
+	}
+	req.EnableConnection = strings.ToLower(id)
 	return req, nil
 }
 
@@ -268,10 +303,12 @@ func (r Request) auditPayload() ([]byte, error) {
 		DryRun         bool     `json:"dryRun"`
 		Reason         string   `json:"reason"`
 		RequestedBy    string   `json:"requestedBy,omitempty"`
+		// EnableConnection stands alone: the requeue fields say nothing.
+		EnableConnection string `json:"enableConnection,omitempty"`
 	}{
 		OrganizationID: r.OrganizationID, OutboxIDs: r.OutboxIDs, Limit: r.Limit,
 		ResetAttempts: r.ResetAttempts, DispatchNow: r.DispatchNow, DryRun: r.DryRun,
-		Reason: r.Reason, RequestedBy: r.RequestedBy,
+		Reason: r.Reason, RequestedBy: r.RequestedBy, EnableConnection: r.EnableConnection,
 	}
 	if f := r.Filter; f != nil {
 		doc.Filter = &filter{Statuses: f.Statuses, ConnectionID: f.ConnectionID, CommandType: f.CommandType,

@@ -13,12 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"integration-outbox/internal/config"
 	"integration-outbox/internal/dispatch"
+	"integration-outbox/internal/health"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/pgtx"
@@ -84,6 +86,20 @@ type Result struct {
 	Skipped  []Skip   `json:"skipped"`
 	// Dispatched counts the messages sent by dispatchNow.
 	Dispatched int `json:"dispatched"`
+	// EnabledConnection is what an enableConnection payload did.
+	EnabledConnection *EnabledConnection `json:"enabledConnection,omitempty"`
+}
+
+// EnabledConnection is the outcome of an enableConnection payload.
+type EnabledConnection struct {
+	ConnectionID string `json:"connectionId"`
+	// WasDisabled is false when the connection was not disabled: nothing
+	// changed (the audit row still records the request).
+	WasDisabled bool `json:"wasDisabled"`
+	// DisabledAt is when it had been disabled.
+	DisabledAt *time.Time `json:"disabledAt,omitempty"`
+	// MadeDue counts its held rows made due at once.
+	MadeDue int `json:"madeDue"`
 }
 
 // Skip is a row the rerun left alone, and why.
@@ -146,6 +162,7 @@ func (r *Rerunner) Run(ctx context.Context, req Request) (Result, error) {
 	log.Log(ctx, level, "rerun finished", "requestedBy", req.RequestedBy, "reason", req.Reason,
 		"dryRun", res.DryRun, "matched", res.Matched, "requeued", len(res.Requeued), "skipped", len(res.Skipped),
 		"conflictsResolved", txStats.conflictsResolved, "dispatched", res.Dispatched, "auditId", txStats.auditID,
+		"enableConnection", req.EnableConnection, "wasDisabled", res.EnabledConnection != nil && res.EnabledConnection.WasDisabled,
 		"error", errString(err))
 	return res, err
 }
@@ -171,6 +188,10 @@ func (r *Rerunner) requeue(ctx context.Context, req Request) (res Result, st sta
 		res, st, err = r.requeueIn(ctx, tx, req)
 		return err
 	})
+	var field *strictjson.FieldError
+	if errors.As(err, &field) {
+		return Result{}, stats{}, err // a payload error found in the database (enableConnection): as Parse's
+	}
 	if err != nil {
 		return Result{}, stats{}, fmt.Errorf("rerun: %w", err)
 	}
@@ -181,6 +202,9 @@ func (r *Rerunner) requeue(ctx context.Context, req Request) (res Result, st sta
 // requeue the planned rows, resolve their conflicts and write the audit row.
 // A dry run stops after the reading.
 func (r *Rerunner) requeueIn(ctx context.Context, tx pgx.Tx, req Request) (res Result, st stats, err error) {
+	if req.EnableConnection != "" {
+		return r.enableIn(ctx, tx, req)
+	}
 	cands, err := r.candidates(ctx, tx, req)
 	if err != nil {
 		return res, st, err
@@ -230,6 +254,35 @@ func (r *Rerunner) requeueIn(ctx context.Context, tx pgx.Tx, req Request) (res R
 	}
 	if err := tx.QueryRow(ctx, insertAuditSQL, req.OrganizationID, pgtx.Nullable(req.RequestedBy), req.Reason, doc,
 		res.Requeued, skippedDoc, req.DispatchNow).Scan(&st.auditID); err != nil {
+		return res, st, fmt.Errorf("writing the audit row: %w", err)
+	}
+	return res, st, nil
+}
+
+// enableIn enables the request's connection in tx and writes the audit row.
+// A connection of another organization is not found, like one that does not
+// exist.
+func (r *Rerunner) enableIn(ctx context.Context, tx pgx.Tx, req Request) (res Result, st stats, err error) {
+	e, err := health.Enable(ctx, tx, req.OrganizationID, req.EnableConnection)
+	if errors.Is(err, health.ErrNoConnection) {
+		return res, st, fmt.Errorf("rerun payload: %w", strictjson.Fieldf("enableConnection",
+			"no connection %s in organization %s", req.EnableConnection, req.OrganizationID))
+	}
+	if err != nil {
+		return res, st, err
+	}
+	enabled := &EnabledConnection{ConnectionID: req.EnableConnection, WasDisabled: !e.DisabledAt.IsZero(), MadeDue: e.MadeDue}
+	if enabled.WasDisabled {
+		at := e.DisabledAt.UTC()
+		enabled.DisabledAt = &at
+	}
+	res = Result{Requeued: []string{}, Skipped: []Skip{}, EnabledConnection: enabled}
+	doc, err := req.auditPayload()
+	if err != nil {
+		return res, st, err
+	}
+	if err := tx.QueryRow(ctx, insertAuditSQL, req.OrganizationID, pgtx.Nullable(req.RequestedBy), req.Reason, doc,
+		res.Requeued, []byte("[]"), false).Scan(&st.auditID); err != nil {
 		return res, st, fmt.Errorf("writing the audit row: %w", err)
 	}
 	return res, st, nil

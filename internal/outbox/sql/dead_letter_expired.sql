@@ -4,7 +4,9 @@
 -- failed rows at or past @max_attempts (MAX_ATTEMPTS was lowered below what
 -- they have used; no claim would ever take them). @max_attempts:
 -- MAX_ATTEMPTS; @organization_id: an optional organization; @ids: an optional
--- id list (the same scope as the claim).
+-- id list (the same scope as the claim). Each row ended writes one Command
+-- Dead-Lettered event (@events_on). The queued and failed rows of a disabled
+-- or unauthorized connection are left alone: they are held, not exhausted.
 
 with exhausted as (
     select o.id from external_integration_outbox o
@@ -28,6 +30,10 @@ with exhausted as (
       and o.attempt_count >= @max_attempts
       and (@organization_id::uuid is null or o.organization_id = @organization_id)
       and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))
+      -- A disabled or unauthorized connection's rows are held as they are.
+      and not exists (select 1 from integration_outbox_connection_state st
+                      where st.connection_id = o.integration_connection_id
+                        and (st.disabled_at is not null or st.unauthorized_since is not null))
     union all
     select o.id from external_integration_outbox o
     where o.status in ('queued', 'failed') and o.integration_connection_id is null
@@ -58,5 +64,11 @@ with exhausted as (
     select * from expired
 ), conflicts as (
 /*fragment:exhausted_conflict*/
+), command_event_rows as (
+    select 'Command Dead-Lettered' as detail_type, e.id, e.organization_id, e.integration_connection_id,
+        e.local_entity_type, e.local_entity_id, e.attempt_count, e.last_error
+    from exhausted_rows e
+), command_events as (
+/*fragment:command_event*/
 )
 select count(*) from expired

@@ -1,7 +1,8 @@
 -- Ends claimed rows that have no integration connection: nothing can deliver
 -- them and no attempt would change that, so they go to dead_letter at once
 -- with the attempt given back and their one open configuration_invalid
--- conflict. Fenced like release.sql. The claims come as one array per column:
+-- conflict and Command Dead-Lettered event (@events_on). Fenced like
+-- release.sql. The claims come as one array per column:
 -- @ids, @organization_ids, @claim_tokens.
 
 with ended as (
@@ -28,5 +29,11 @@ with ended as (
         e.id
     from ended e
     on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
+), command_event_rows as (
+    select 'Command Dead-Lettered' as detail_type, e.id, e.organization_id, e.integration_connection_id,
+        e.local_entity_type, e.local_entity_id, e.attempt_count, e.last_error
+    from ended e
+), command_events as (
+/*fragment:command_event*/
 )
 select count(*) from ended

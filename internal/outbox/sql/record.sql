@@ -5,7 +5,11 @@
 -- breakers from the recorded results (@circuit_signals: a provider call's
 -- "success" or retryable "failure", or null; @failure_threshold:
 -- CIRCUIT_FAILURE_THRESHOLD, 0: off; @cooldown_seconds: CIRCUIT_COOLDOWN):
--- see fragment/circuit.sql. Its arguments are one array per outcome field. It
+-- see fragment/circuit.sql. Its connection state CTEs keep each connection's
+-- failing period, disable it, open and resolve its conflicts and write the
+-- events of what changed (@events_on, @failing_after_seconds,
+-- @disable_after_seconds, @disable_min_span_seconds,
+-- @command_failing_after_attempts): see fragment/connection_state.sql. Its arguments are one array per outcome field. It
 -- returns the recorded ids, then one row per circuit that changed state (a
 -- null id).
 
@@ -65,7 +69,7 @@ with res as (
         coalesce(u.finished_at, now()), u.status, coalesce(u.provider_called, false), u.http_status,
         left(u.attempt_error, 1000), u.provider_reference, u.provider_status
     from updated u
-)/*fragment:circuit*/
+)/*fragment:circuit*//*fragment:connection_state*/
 select id::text, null, null, null from updated
 union all
 select null, connection_id::text, transition, open_until from circuit_changes

@@ -18,7 +18,8 @@
 -- with attempts left becomes failed and due now (the next dispatch run claims
 -- it again, with the same idempotency key); a row with none left
 -- (@max_attempts: MAX_ATTEMPTS) goes to dead_letter with its one open
--- conflict, as an expired lease with no attempts left does. Each release
+-- conflict and its Command Dead-Lettered event (@events_on), as an expired
+-- lease with no attempts left does. Each release
 -- appends one attempt-history row; provider_called is set when the push had
 -- started, since its call may have reached the provider.
 
@@ -48,6 +49,12 @@ with req as (
     select * from released where status = 'dead_letter'
 ), conflicts as (
 /*fragment:exhausted_conflict*/
+), command_event_rows as (
+    select 'Command Dead-Lettered' as detail_type, e.id, e.organization_id, e.integration_connection_id,
+        e.local_entity_type, e.local_entity_id, e.attempt_count, e.last_error
+    from exhausted_rows e
+), command_events as (
+/*fragment:command_event*/
 ), attempts as (
     insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, finished_at,
         outcome, provider_called, error_excerpt)
