@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -20,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"integration-outbox/internal/sqlfile"
 )
 
 // Source is the Source of every event (contract).
@@ -44,17 +45,7 @@ var (
 )
 
 // statement is sql/<name>.sql without its leading comment.
-func statement(name string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic("event: reading its SQL: " + err.Error())
-	}
-	text := string(b)
-	for strings.HasPrefix(text, "--") {
-		_, text, _ = strings.Cut(text, "\n")
-	}
-	return strings.TrimSpace(text)
-}
+func statement(name string) string { return sqlfile.Statement(sqlFiles, "event", name) }
 
 // DB is what the publisher needs of the database.
 type DB interface {

@@ -14,13 +14,13 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"integration-outbox/internal/pgtx"
+	"integration-outbox/internal/sqlfile"
 )
 
 //go:embed sql/*.sql
@@ -35,17 +35,7 @@ var (
 )
 
 // statement is sql/<name>.sql without its leading comment.
-func statement(name string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic("health: reading its SQL: " + err.Error())
-	}
-	text := string(b)
-	for strings.HasPrefix(text, "--") {
-		_, text, _ = strings.Cut(text, "\n")
-	}
-	return strings.TrimSpace(text)
-}
+func statement(name string) string { return sqlfile.Statement(sqlFiles, "health", name) }
 
 // DB is what the package needs of a pool, a connection or a transaction.
 type DB interface {

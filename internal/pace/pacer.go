@@ -16,11 +16,12 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"integration-outbox/internal/sqlfile"
 )
 
 //go:embed sql/*.sql
@@ -33,17 +34,7 @@ var (
 )
 
 // statement is sql/<name>.sql without its leading comment.
-func statement(name string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic("pace: reading its SQL: " + err.Error())
-	}
-	text := string(b)
-	for strings.HasPrefix(text, "--") {
-		_, text, _ = strings.Cut(text, "\n")
-	}
-	return strings.TrimSpace(text)
-}
+func statement(name string) string { return sqlfile.Statement(sqlFiles, "pace", name) }
 
 // DB is what the pacer needs of the database: one statement at a time.
 type DB interface {
