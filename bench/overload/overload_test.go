@@ -73,8 +73,15 @@ func TestBacklogUnderTheNewLimitsLeasesNothingItCannotFinish(t *testing.T) {
 func TestBacklogUnderTodaysSettingsLetsLeasesExpire(t *testing.T) {
 	t.Parallel()
 	sc := backlog()
-	r := run(t, sc, overload.Today())
 	// The scenario must show the overload, or the test above proves nothing.
+	// Its time is scaled down, so a run whose scheduling happens to drain
+	// the backlog inside the lease can miss it (seen once in a CI run): the
+	// control may take a second run, and fails when neither overloads.
+	r := run(t, sc, overload.Today())
+	if r.LeasesExpired == 0 || r.Messages <= r.Rows {
+		t.Logf("today's settings did not overload in this run; running the scenario once more")
+		r = run(t, sc, overload.Today())
+	}
 	if r.LeasesExpired == 0 || r.Messages <= r.Rows {
 		t.Errorf("today's settings: %d leases expired, %d messages for %d rows; the scenario does not overload",
 			r.LeasesExpired, r.Messages, r.Rows)
