@@ -176,7 +176,9 @@ func runTokenFleet(ctx context.Context, log *slog.Logger, env *benchEnv, oauth b
 				if err != nil {
 					failures.Add(1)
 					mu.Lock()
-					firstErr = firstOf(firstErr, err)
+					if firstErr == nil {
+						firstErr = err
+					}
 					mu.Unlock()
 				} else {
 					commands.Add(1)
@@ -195,14 +197,6 @@ func runTokenFleet(ctx context.Context, log *slog.Logger, env *benchEnv, oauth b
 	run.Writes = writes.writes.Load()
 	run.SecretCalls = reads.gets.Load() + reads.describe.Load() + run.Writes
 	return run, nil
-}
-
-// firstOf keeps the first error.
-func firstOf(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
 }
 
 // perHour scales what a run made per access token lifetime to an hour of a

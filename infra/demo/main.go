@@ -144,23 +144,21 @@ func run() error {
 	done := make(chan drained, 1)
 	go func() {
 		var d drained
-		for {
+		pass := func() bool {
 			b, f, err := drain(ctx, sqs.NewFromConfig(a.AWS), queueURL, worker.Handle)
 			d.batches, d.failures, d.err = d.batches+b, d.failures+f, err
+			return err == nil
+		}
+		for pass() {
 			select {
 			case <-dispatching:
+				pass() // what dispatch sent at its end
+				done <- d
+				return
 			default:
-				if err == nil {
-					continue
-				}
 			}
-			if err == nil { // dispatch is over: one last pass for what it sent at the end
-				b, f, err = drain(ctx, sqs.NewFromConfig(a.AWS), queueURL, worker.Handle)
-				d.batches, d.failures, d.err = d.batches+b, d.failures+f, err
-			}
-			done <- d
-			return
 		}
+		done <- d
 	}()
 	summary, err := dispatcher.Handle(ctx, json.RawMessage(`{}`))
 	close(dispatching)

@@ -214,20 +214,12 @@ var transactionStart = map[string]bool{"now()": true, "CURRENT_TIMESTAMP": true,
 // installClockDefault sets d's default to clock_timestamp() where it is the
 // transaction's start, recording the default it replaces.
 func (in *Installer) installClockDefault(ctx context.Context, version int64, d ClockDefault) error {
-	var def string
-	var owned bool
-	err := in.conn.QueryRow(ctx, `
-		select coalesce((select pg_get_expr(ad.adbin, ad.adrelid) from pg_attribute a
-		        join pg_attrdef ad on ad.adrelid = a.attrelid and ad.adnum = a.attnum
-		        where a.attrelid = to_regclass($1) and a.attname = $2), ''),
-		    exists (select 1 from integration_outbox_owned_objects o
-		            where o.kind = 'default' and o.table_name = $1 and o.object_name = $2)`,
-		d.Table, d.Column).Scan(&def, &owned)
+	def, replaced, err := in.lookupDefault(ctx, d.Table, d.Column)
 	if err != nil {
-		return fmt.Errorf("reading the catalog: %w", err)
+		return err
 	}
-	if owned {
-		return nil
+	if replaced != nil {
+		return nil // ours already
 	}
 	if !transactionStart[def] {
 		in.log.InfoContext(ctx, "leaving the host's default as it is: rows the host inserts in one transaction are ordered as it gives",
@@ -245,6 +237,23 @@ func (in *Installer) installClockDefault(ctx context.Context, version int64, d C
 			version, d.Table, d.Column, def)
 		return err
 	})
+}
+
+// lookupDefault reads table.column's default as pg_get_expr prints it (""
+// when it has none) and, where a ClockDefault of ours replaced it, the
+// default it replaced (nil: not ours).
+func (in *Installer) lookupDefault(ctx context.Context, table, column string) (current string, replaced *string, err error) {
+	err = in.conn.QueryRow(ctx, `
+		select coalesce((select pg_get_expr(ad.adbin, ad.adrelid) from pg_attribute a
+		        join pg_attrdef ad on ad.adrelid = a.attrelid and ad.adnum = a.attnum
+		        where a.attrelid = to_regclass($1) and a.attname = $2), ''),
+		    (select coalesce(o.replaced_default, '') from integration_outbox_owned_objects o
+		     where o.kind = 'default' and o.table_name = $1 and o.object_name = $2)`,
+		table, column).Scan(&current, &replaced)
+	if err != nil {
+		return "", nil, fmt.Errorf("reading the catalog: %w", err)
+	}
+	return current, replaced, nil
 }
 
 // recordDefaults gives integration_outbox_owned_objects (ours) the shape
@@ -592,21 +601,14 @@ func (in *Installer) DropOwned(ctx context.Context, version int64) error {
 // restoreDefault puts back the default a ClockDefault replaced, where the
 // column's default is still ours.
 func (in *Installer) restoreDefault(ctx context.Context, table, column string) error {
-	var current, replaced string
-	err := in.conn.QueryRow(ctx, `
-		select coalesce((select pg_get_expr(ad.adbin, ad.adrelid) from pg_attribute a
-		        join pg_attrdef ad on ad.adrelid = a.attrelid and ad.adnum = a.attnum
-		        where a.attrelid = to_regclass($1) and a.attname = $2), ''),
-		    coalesce((select o.replaced_default from integration_outbox_owned_objects o
-		              where o.kind = 'default' and o.table_name = $1 and o.object_name = $2), '')`,
-		table, column).Scan(&current, &replaced)
+	current, replaced, err := in.lookupDefault(ctx, table, column)
 	if err != nil {
-		return fmt.Errorf("reading the catalog: %w", err)
+		return err
 	}
-	if current != "clock_timestamp()" || !transactionStart[replaced] {
+	if replaced == nil || current != "clock_timestamp()" || !transactionStart[*replaced] {
 		return nil // the host changed it since: it stays the host's
 	}
-	return in.briefExec(ctx, fmt.Sprintf("alter table %s alter column %s set default %s", ident(table), ident(column), replaced))
+	return in.briefExec(ctx, fmt.Sprintf("alter table %s alter column %s set default %s", ident(table), ident(column), *replaced))
 }
 
 func record(ctx context.Context, tx pgx.Tx, version int64, kind, table, name string) error {

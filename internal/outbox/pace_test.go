@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"integration-outbox/internal/health"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/pace"
 	"integration-outbox/internal/testenv"
@@ -110,9 +111,9 @@ func TestAConnectionNeedingReauthorizationHoldsItsRows(t *testing.T) {
 	held := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: "xero"})
 	ids := commands(t, f, org, held, 3, time.Now().Add(-time.Hour))
 	ctx := context.Background()
-	if _, err := f.Pool.Exec(ctx, `insert into integration_outbox_connection_authorization
-		(connection_id, organization_id, credential_reference, needs_reauthorization_since, secret_version_id)
-		values ($1, $2, 'integrations/x', now(), 'v1')`, held, org); err != nil {
+	// What internal/credential records when the provider refuses the grant.
+	if _, err := health.MarkUnauthorized(ctx, f.Pool, health.Unauthorized{OrganizationID: org, ConnectionID: held,
+		Reason: "invalid_grant"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []outbox.ClaimParams{
@@ -124,8 +125,8 @@ func TestAConnectionNeedingReauthorizationHoldsItsRows(t *testing.T) {
 			t.Fatalf("claimed %d rows of a connection needing reauthorization (held %v)", len(b.Claims), b.Held)
 		}
 	}
-	if _, err := f.Pool.Exec(ctx, `update integration_outbox_connection_authorization
-		set needs_reauthorization_since = null where connection_id = $1`, held); err != nil {
+	// And when the host has reconnected it.
+	if _, err := health.Reauthorized(ctx, f.Pool, org, held); err != nil {
 		t.Fatal(err)
 	}
 	if got := len(claimBatch(t, s, outbox.ClaimParams{Limit: 50, MaxAttempts: 10, Lease: time.Minute}).Claims); got != 3 {

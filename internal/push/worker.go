@@ -479,8 +479,7 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 			if errors.As(err, &busy) {
 				log.logAttrs(ctx, slog.LevelInfo, "connection busy: the job goes back to the outbox, its attempt not charged",
 					slog.Time("until", busy.Until), slog.Bool("paused", busy.Paused))
-				return outbox.Outcome{Status: outbox.StatusFailed, LastError: busy.Error(),
-					RetryIn: max(time.Until(busy.Until), 0), Uncharged: true}, cred.Values()
+				return uncharged(busy.Error(), max(time.Until(busy.Until), 0)), cred.Values()
 			}
 			return w.retryable(job, err.Error(), 0), cred.Values()
 		}
@@ -527,11 +526,18 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 	}
 }
 
+// uncharged sends a job back to the outbox, due after retryIn, its attempt
+// given back: what kept it from the provider is its connection's (a pause,
+// the pace, a refused grant), not the command's.
+func uncharged(text string, retryIn time.Duration) outbox.Outcome {
+	return outbox.Outcome{Status: outbox.StatusFailed, LastError: text, RetryIn: retryIn, Uncharged: true}
+}
+
 // heldForReauthorization sends a job back to the outbox, its attempt not
 // charged: its connection needs reauthorization, and the claim holds its
 // rows until the host reconnects it.
 func heldForReauthorization(err error) outbox.Outcome {
-	return outbox.Outcome{Status: outbox.StatusFailed, LastError: err.Error(), RetryIn: ReauthorizationRecheck, Uncharged: true}
+	return uncharged(err.Error(), ReauthorizationRecheck)
 }
 
 // pace waits for the connection's next call slot where p limits its
@@ -562,7 +568,7 @@ func (w *Worker) pause(ctx context.Context, log jobLogger, conn provider.Connect
 		}
 	}
 	log.logAttrs(ctx, slog.LevelInfo, "the provider paused the connection", slog.Duration("for", wait))
-	return outbox.Outcome{Status: outbox.StatusFailed, LastError: err.Error(), RetryIn: wait, Uncharged: true}
+	return uncharged(err.Error(), wait)
 }
 
 // errNoTimeLeft is a provider call that was not made: the invocation had no
