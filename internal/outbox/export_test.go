@@ -3,14 +3,17 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// ClaimPlan is the plan (EXPLAIN, format JSON) the claim runs with for p in
-// tx: its transaction set up as ClaimBatch sets it up (with setup false: as
-// PostgreSQL would plan it otherwise), then the claim prepared and
-// explained as one generic plan, as the functions run it.
+// ClaimPlan is the plan (EXPLAIN, format JSON) each claim statement runs
+// with for p in tx, the scheduled claim's then the listed claim's (for p with
+// its IDs, or with an empty list): its transaction set up as ClaimBatch sets
+// it up (with setup false: as PostgreSQL would plan it otherwise), then the
+// statement prepared and explained as one generic plan, as the functions run
+// it.
 func (s *Store) ClaimPlan(ctx context.Context, tx pgx.Tx, p ClaimParams, setup bool) (string, error) {
 	if setup {
 		if _, err := tx.Exec(ctx, claimSetupSQL, pgx.NamedArgs{"lock_key": claimLockKey}); err != nil {
@@ -19,7 +22,25 @@ func (s *Store) ClaimPlan(ctx context.Context, tx pgx.Tx, p ClaimParams, setup b
 	} else if _, err := tx.Exec(ctx, "set local plan_cache_mode = force_generic_plan"); err != nil {
 		return "", err
 	}
-	sql, args, err := s.claimArgs(p).RewriteQuery(ctx, tx.Conn(), claimSQL, nil)
+	scheduled, listed := p, p
+	scheduled.IDs = nil
+	if listed.IDs == nil {
+		listed.IDs = []string{}
+	}
+	var plans []string
+	for _, p := range []ClaimParams{scheduled, listed} {
+		plan, err := s.statementPlan(ctx, tx, claimSQL(p), s.claimArgs(p))
+		if err != nil {
+			return "", err
+		}
+		plans = append(plans, plan)
+	}
+	return strings.Join(plans, "\n"), nil
+}
+
+// statementPlan is the generic plan of sql with args in tx.
+func (s *Store) statementPlan(ctx context.Context, tx pgx.Tx, sql string, args pgx.NamedArgs) (string, error) {
+	sql, values, err := args.RewriteQuery(ctx, tx.Conn(), sql, nil)
 	if err != nil {
 		return "", err
 	}
@@ -28,7 +49,7 @@ func (s *Store) ClaimPlan(ctx context.Context, tx pgx.Tx, p ClaimParams, setup b
 	}
 	defer tx.Exec(context.WithoutCancel(ctx), "deallocate claim_plan")
 	params := ""
-	for i := range args {
+	for i := range values {
 		if i > 0 {
 			params += ", "
 		}
@@ -36,12 +57,12 @@ func (s *Store) ClaimPlan(ctx context.Context, tx pgx.Tx, p ClaimParams, setup b
 	}
 	var plan string
 	err = tx.QueryRow(ctx, "explain (format json) execute claim_plan("+params+")",
-		append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...).Scan(&plan)
+		append([]any{pgx.QueryExecModeSimpleProtocol}, values...)...).Scan(&plan)
 	return plan, err
 }
 
 // The statements whose plans outbox_test checks.
 var (
-	ClaimSQL             = claimSQL
+	ClaimSQL             = claimScheduledSQL
 	DeadLetterExpiredSQL = deadLetterExpiredSQL
 )

@@ -8,10 +8,17 @@ import (
 
 // Every statement on the outbox aggregate lives in sql/, one file per
 // statement named after what it does, its documentation in the file's
-// leading comment; the parts the claim and the record share or repeat live
-// in sql/fragment/. Each statement is scoped by organization_id, and every
-// write that follows a claim is fenced by the claim_token the claim handed
-// out. Their arguments are named (pgx.NamedArgs).
+// leading comment; a part that two statements share (a rule stated once)
+// lives in sql/fragment/. Each statement is scoped by organization_id, and
+// every write that follows a claim is fenced by the claim_token the claim
+// handed out. Their arguments are named (pgx.NamedArgs) and typed in the SQL.
+//
+// Every file is valid SQL on its own, so an editor, a linter or PostgreSQL
+// can parse it (TestEverySQLFileIsValidSQLOnItsOwn): a statement takes a
+// fragment where it writes /*fragment:name*/, stand-in SQL, /*end:name*/;
+// the fragment file holds the shared part between /*begin:name*/ and
+// /*end:name*/, and around it the stand-in context (the aliases and CTEs the
+// part reads) that makes the file a statement of its own.
 //
 //go:embed sql/*.sql sql/fragment/*.sql
 var sqlFiles embed.FS
@@ -19,7 +26,9 @@ var sqlFiles embed.FS
 // The statements, read once at package init.
 var (
 	claimSetupSQL        = statement("claim_setup")
-	claimSQL             = statement("claim")
+	claimScheduledSQL    = statement("claim_scheduled")
+	claimListedSQL       = statement("claim_listed")
+	resetCircuitsSQL     = statement("reset_circuits")
 	deadLetterExpiredSQL = statement("dead_letter_expired")
 	releaseSQL           = statement("release")
 	unsupportedSQL       = statement("mark_unsupported")
@@ -29,18 +38,19 @@ var (
 	releaseDeadLetterSQL = statement("release_dead_lettered")
 )
 
-// fragmentMarker is where a statement takes sql/fragment/<name>.sql.
+// fragmentMarker is where a statement takes sql/fragment/<name>.sql; the
+// stand-in SQL after it runs to /*end:<name>*/.
 var fragmentMarker = regexp.MustCompile(`/\*fragment:([a-z_]+)\*/`)
 
-// statement returns sql/<name>.sql as it is sent (see sqlText).
-func statement(name string) string { return sqlText("sql/" + name + ".sql") }
+// statement returns sql/<name>.sql as it is sent: without its leading "--"
+// lines (its documentation) and its final newline, each fragment's stand-in
+// replaced by the fragment. A missing file or marker is a mistake of the
+// build, caught by any test: it panics.
+func statement(name string) string { return expand(readSQL("sql/" + name + ".sql")) }
 
-// sqlText returns the statement or fragment in the file path: without its
-// leading "--" lines (its documentation) and its final newline, each
-// /*fragment:name*/ marker replaced by the fragment sql/fragment/name.sql,
-// itself read this way. A missing file is a mistake of the build, caught by
-// any test: it panics.
-func sqlText(path string) string {
+// readSQL returns the file path without its leading "--" lines and its
+// final newline.
+func readSQL(path string) string {
 	b, err := sqlFiles.ReadFile(path)
 	if err != nil {
 		panic("outbox: reading its SQL: " + err.Error())
@@ -49,7 +59,36 @@ func sqlText(path string) string {
 	for strings.HasPrefix(text, "--") {
 		_, text, _ = strings.Cut(text, "\n")
 	}
-	return fragmentMarker.ReplaceAllStringFunc(text, func(marker string) string {
-		return sqlText("sql/fragment/" + fragmentMarker.FindStringSubmatch(marker)[1] + ".sql")
-	})
+	return text
+}
+
+// expand replaces each /*fragment:name*/ … /*end:name*/ of text with the
+// fragment's part (see fragment).
+func expand(text string) string {
+	for {
+		m := fragmentMarker.FindStringSubmatchIndex(text)
+		if m == nil {
+			return text
+		}
+		name := text[m[2]:m[3]]
+		end := strings.Index(text[m[1]:], "/*end:"+name+"*/")
+		if end < 0 {
+			panic("outbox: a /*fragment:" + name + "*/ marker without its /*end:" + name + "*/")
+		}
+		text = text[:m[0]] + fragment(name) + text[m[1]+end+len("/*end:"+name+"*/"):]
+	}
+}
+
+// fragment returns the shared part of sql/fragment/name.sql: what lies
+// between its /*begin:name*/ and /*end:name*/, its own fragments expanded.
+func fragment(name string) string {
+	text := readSQL("sql/fragment/" + name + ".sql")
+	_, part, ok := strings.Cut(text, "/*begin:"+name+"*/")
+	if ok {
+		part, _, ok = strings.Cut(part, "/*end:"+name+"*/")
+	}
+	if !ok {
+		panic("outbox: sql/fragment/" + name + ".sql has no /*begin:" + name + "*/ … /*end:" + name + "*/ part")
+	}
+	return expand(strings.TrimSpace(part))
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,11 +69,16 @@ type Store struct {
 	db      DB
 	circuit Circuit
 	health  Health
+	// circuitsReset is set once a store with the breaker off has reset
+	// every circuit (before its first claim).
+	circuitsReset *atomic.Bool
 }
 
 // NewStore returns a store on db, its circuit breaker off, its connection
 // health at DefaultHealth (events off).
-func NewStore(db DB) *Store { return &Store{db: db, health: DefaultHealth()} }
+func NewStore(db DB) *Store {
+	return &Store{db: db, health: DefaultHealth(), circuitsReset: new(atomic.Bool)}
+}
 
 // Circuit configures the circuit breaker that Record feeds.
 type Circuit struct {
@@ -89,6 +95,7 @@ type Circuit struct {
 func (s *Store) WithCircuit(c Circuit) *Store {
 	n := *s
 	n.circuit = c
+	n.circuitsReset = new(atomic.Bool)
 	return &n
 }
 
@@ -230,17 +237,25 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
 // lease. Claims are serialized by an advisory lock so that concurrent
 // dispatch runs cannot both take the same room, the same probe or the same
 // entity's turn. The store's circuit breaker decides whether circuits are
-// honoured (off: none is read, and every circuit is reset). The claim runs
-// in its own transaction (a savepoint when the store is on a transaction).
+// honoured (off: none is read, and the store's first claim resets every
+// circuit). The claim runs in its own transaction (a savepoint when the store
+// is on a transaction): the scheduled claim (claim_scheduled.sql), or the
+// listed one (claim_listed.sql) when p.IDs is set.
 func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
 	bg, ok := pgtx.Savepoints(s.db)
 	if !ok {
 		return Batch{}, errors.New("claiming outbox batch: the store's database cannot begin a transaction")
 	}
+	resetting := s.circuit.FailureThreshold <= 0 && !s.circuitsReset.Load()
 	var b Batch
 	err := pgtx.Do(ctx, bg, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, claimSetupSQL, pgx.NamedArgs{"lock_key": claimLockKey}); err != nil {
 			return fmt.Errorf("taking the claim lock: %w", err)
+		}
+		if resetting {
+			if _, err := tx.Exec(ctx, resetCircuitsSQL); err != nil {
+				return fmt.Errorf("resetting the circuits (the breaker is off): %w", err)
+			}
 		}
 		var err error
 		b, err = s.claimBatch(ctx, tx, p)
@@ -248,6 +263,9 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
 	})
 	if err != nil {
 		return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
+	}
+	if resetting {
+		s.circuitsReset.Store(true)
 	}
 	return b, nil
 }
@@ -265,7 +283,16 @@ func providerCaps(caps map[string]int) string {
 	return string(b)
 }
 
-// claimArgs are claimSQL's arguments for p.
+// claimSQL is the claim statement for p: the listed claim when p names its
+// rows, else the scheduled one.
+func claimSQL(p ClaimParams) string {
+	if p.IDs != nil {
+		return claimListedSQL
+	}
+	return claimScheduledSQL
+}
+
+// claimArgs are the claim statement's arguments for p.
 func (s *Store) claimArgs(p ClaimParams) pgx.NamedArgs {
 	org, ids := p.scope()
 	return pgx.NamedArgs{
@@ -280,7 +307,7 @@ func (s *Store) claimArgs(p ClaimParams) pgx.NamedArgs {
 }
 
 func (s *Store) claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, error) {
-	rows, err := db.Query(ctx, claimSQL, s.claimArgs(p))
+	rows, err := db.Query(ctx, claimSQL(p), s.claimArgs(p))
 	if err != nil {
 		return Batch{}, err
 	}

@@ -63,12 +63,12 @@ with exhausted as (
 ), exhausted_rows as (
     select * from expired
 ), conflicts as (
-/*fragment:exhausted_conflict*/
+/*fragment:exhausted_conflict*/ select 1 /*end:exhausted_conflict*/
 ), command_event_rows as (
     select 'Command Dead-Lettered' as detail_type, e.id, e.organization_id, e.integration_connection_id,
         e.local_entity_type, e.local_entity_id, e.attempt_count, e.last_error
     from exhausted_rows e
 ), command_events as (
-/*fragment:command_event*/
+/*fragment:command_event*/ select 1 /*end:command_event*/
 )
 select count(*) from expired

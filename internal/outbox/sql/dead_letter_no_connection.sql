@@ -34,6 +34,6 @@ with ended as (
         e.local_entity_type, e.local_entity_id, e.attempt_count, e.last_error
     from ended e
 ), command_events as (
-/*fragment:command_event*/
+/*fragment:command_event*/ select 1 /*end:command_event*/
 )
 select count(*) from ended

@@ -48,13 +48,13 @@ with req as (
 ), exhausted_rows as (
     select * from released where status = 'dead_letter'
 ), conflicts as (
-/*fragment:exhausted_conflict*/
+/*fragment:exhausted_conflict*/ select 1 /*end:exhausted_conflict*/
 ), command_event_rows as (
     select 'Command Dead-Lettered' as detail_type, e.id, e.organization_id, e.integration_connection_id,
         e.local_entity_type, e.local_entity_id, e.attempt_count, e.last_error
     from exhausted_rows e
 ), command_events as (
-/*fragment:command_event*/
+/*fragment:command_event*/ select 1 /*end:command_event*/
 ), attempts as (
     insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, finished_at,
         outcome, provider_called, error_excerpt)

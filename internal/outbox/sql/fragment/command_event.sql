@@ -3,7 +3,15 @@
 -- local_entity_type, local_entity_id, attempt_count, last_error) into
 -- integration_outbox_events, for the dispatch run to publish; nothing when
 -- events are off (@events_on false). The eventId is the event row's id.
+--
+-- Stand-in context: command_event_rows.
 
+with command_event_rows as (
+    select null::text as detail_type, id, organization_id, integration_connection_id, local_entity_type,
+        local_entity_id, attempt_count, last_error
+    from external_integration_outbox limit 0
+)
+/*begin:command_event*/
     insert into integration_outbox_events (id, detail_type, organization_id, connection_id, detail)
     select e.event_id, e.detail_type, e.organization_id, e.integration_connection_id,
         jsonb_strip_nulls(jsonb_build_object('eventId', e.event_id, 'organizationId', e.organization_id,
@@ -15,3 +23,4 @@
     left join integration_connections c
         on c.id = e.integration_connection_id and c.organization_id = e.organization_id
     where @events_on::bool
+/*end:command_event*/

@@ -1,5 +1,5 @@
 -- How many more rows of the connection p.conn (of the organization p.org) a
--- claim may lease: with the breaker on, none while its circuit is open and
+-- claim may lease: with the breaker on (@circuit_on), none while its circuit is open and
 -- one probe, when nothing else of it is in flight, once the cooldown is over;
 -- none while its provider has paused it (a 429: paused_until, internal/pace);
 -- none while it is disabled or unauthorized (integration_outbox_connection_state,
@@ -13,7 +13,13 @@
 -- probe; paused that a pause, a disable or a refused grant leaves no room; capped that the in-flight limit
 -- is what leaves no room; ordered that the connection keeps per-entity order
 -- (config_json.ordered is not false).
+--
+-- Stand-in context: the pair p.
 
+select r.*
+from (values (null::uuid, null::uuid)) as p(org, conn)
+cross join lateral (
+/*begin:connection_room*/
     select coalesce(h.open_until > now(), false) or coalesce(pc.paused_until > now(), false)
             or st.connection_id is not null as open,
         h.open_until is not null as probe,
@@ -48,3 +54,5 @@
     left join integration_outbox_connection_pace pc on pc.connection_id = p.conn
     left join integration_outbox_connection_state st on st.connection_id = p.conn
         and (st.disabled_at is not null or st.unauthorized_since is not null)
+/*end:connection_room*/
+) r

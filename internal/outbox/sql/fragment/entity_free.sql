@@ -5,6 +5,11 @@
 -- its age; another accepted row holds d only when it is older (created_at,
 -- then id), so of two accepted rows of one entity the older is followed up
 -- first instead of each holding the other for good.
+--
+-- Stand-in context: the outbox row d.
+
+select
+/*begin:entity_free*/
 not exists (
         select 1 from external_integration_outbox x
         where x.integration_connection_id = d.integration_connection_id
@@ -16,3 +21,5 @@ not exists (
                or (x.lease_expires_at is null and x.provider_status is null)
                or (x.provider_status is not null
                    and (x.created_at < d.created_at or (x.created_at = d.created_at and x.id < d.id)))))
+/*end:entity_free*/
+from external_integration_outbox d

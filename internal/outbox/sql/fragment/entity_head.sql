@@ -9,6 +9,11 @@
 -- keeps the oldest of an entity's candidates), and a row the walk does not
 -- bring (a listed id, a reclaim) reads entity_no_older_queued as well. A
 -- queued row due from the start is in no index of the order at all.
+--
+-- Stand-in context: the outbox row d.
+
+select
+/*begin:entity_head*/
 not exists (
         select 1 from external_integration_outbox x
         where x.integration_connection_id = d.integration_connection_id
@@ -22,3 +27,5 @@ not exists (
                    and not (x.status in ('queued', 'failed') and x.organization_id = d.organization_id
                             and coalesce(x.next_attempt_at, now()) <= now()
                             and x.attempt_count < @max_attempts))))
+/*end:entity_head*/
+from external_integration_outbox d

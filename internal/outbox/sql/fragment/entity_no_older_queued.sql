@@ -4,6 +4,11 @@
 -- entity_head lets an older due row of the pair pass and a queued row due
 -- from the start is not in the entity order index. It reads the walk index
 -- (walk_idx) over the pair's rows older than d.
+--
+-- Stand-in context: the outbox row d.
+
+select
+/*begin:entity_no_older_queued*/
 not exists (
         select 1 from external_integration_outbox x
         where x.organization_id = d.organization_id
@@ -12,3 +17,5 @@ not exists (
           and (x.created_at < d.created_at or (x.created_at = d.created_at and x.id < d.id))
           and x.local_entity_id = d.local_entity_id
           and x.local_entity_type is not distinct from d.local_entity_type)
+/*end:entity_no_older_queued*/
+from external_integration_outbox d
