@@ -30,7 +30,10 @@ type walSchema struct {
 // migration 8, before migration 10 (from which the host's own inserts skip
 // the legacy key index), before migration 11 (from which they skip the
 // per-entity order's index too, and write a narrower entry into the claim's
-// walk index), and every migration.
+// walk index), and every migration. The calls "through
+// integration_outbox_enqueue" run the same function on each: its one
+// definition, which migrations 2, 6, 9 and 12 all apply (results from before
+// that ran the body each version had then).
 var walSchemas = []walSchema{
 	{Name: "host only"},
 	{Name: "ours up to migration 7", Version: 7},

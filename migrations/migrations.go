@@ -2,13 +2,22 @@
 // and the stand-in of the host application's tables.
 package migrations
 
-import "embed"
+import (
+	"embed"
+
+	"github.com/pressly/goose/v3"
+)
 
 // FS holds the *.sql migrations, applied in order by internal/migrate. They
 // add only what this project owns; their down steps remove only that.
 //
 //go:embed *.sql
 var FS embed.FS
+
+// Go are the migrations written in Go, applied in version order with the
+// .sql files of FS: those that install or change the enqueue function, each
+// by applying its one definition (Enqueue).
+var Go = []*goose.Migration{migration2, migration6, migration9, migration12}
 
 // HostStandIn creates the host application's tables wherever they are missing
 // (create table if not exists). internal/migrate applies it before FS and no

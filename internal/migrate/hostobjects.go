@@ -246,10 +246,11 @@ var hostObjects = map[int64]HostObjects{
 	12: {
 		// Commands inserted in one transaction go in the order they were
 		// inserted: integration_outbox_enqueue gives each call a created_at
-		// later than the call before it in the transaction (the enqueue
-		// function of migration 12), and the host's own inserts take the
-		// time of their insert, where created_at's default was the
-		// transaction's start, instead of all the same one.
+		// later than the call before it in the transaction (its one
+		// definition, which migration 12 applies to older installs), and
+		// the host's own inserts take the time of their insert, where
+		// created_at's default was the transaction's start, instead of all
+		// the same one.
 		ClockDefaults: []ClockDefault{
 			{Table: outbox, Column: "created_at"},
 		},

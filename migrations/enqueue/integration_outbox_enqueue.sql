@@ -1,9 +1,55 @@
 -- integration_outbox_enqueue, the producers' way into the outbox
--- (docs/producers.md): the one definition of the function from migration 12
--- on. A migration that changes the function changes this file and applies it
--- (migrations/00012_enqueue_in_call_order.go shows how); its down step puts
--- back the definition before it. Since migration 12, the commands enqueued in
--- one transaction read created_at in the order of the calls.
+-- (docs/producers.md), and integration_outbox_enqueue_existing: their one
+-- definition (create or replace).
+--
+-- Migrations 2, 6, 9 and 12 each apply this file (migrations/00002_enqueue.go
+-- and the three after it): a fresh install gets it at migration 2; an
+-- install at an older version, whose function is an earlier body, gets it at
+-- the first of 6, 9 and 12 it has not run yet. Their down steps leave the
+-- functions as they are; only migration 2's drops them. So this file must
+-- work at every schema version from 2 on, in the middle of a live upgrade
+-- too, while the host calls the function: it may use the host's tables and
+-- what migration 2 adds (idempotency_enforced and the two key indexes,
+-- declared in internal/migrate/hostobjects.go), never an object of a later
+-- migration (plpgsql checks names only when a call runs). A change to it is
+-- a new migration that applies this file again, as 12 does, which brings
+-- installed databases to it. The test that calls it at every version:
+-- TestEnqueueWorksAtEveryVersionFromMigration2 (internal/migrate).
+--
+-- What each of those migrations changed: 2 made the function; 6 gave it the
+-- worker's key rule; 9 made a new key cost one probe; 12 made the commands
+-- enqueued in one transaction read created_at in the order of the calls.
+--
+-- Idempotency on (organization_id, idempotency_key) without touching what the
+-- host table already holds: existing rows may repeat a key, so a unique index
+-- over every row could fail to build. Instead the rows this function inserts
+-- carry idempotency_enforced = true and only those are unique (a partial unique
+-- index, empty when it is built). Adding the column is a catalog change only
+-- (a constant default needs no table rewrite since PostgreSQL 11): existing rows
+-- read false and stay as they are, and the host's own inserts are unaffected.
+-- Rows with idempotency_enforced = false (the host's older or direct inserts)
+-- are still honoured: the function returns the oldest row with the key.
+
+-- The oldest row holding the key (created_at, then id): the one the first
+-- enqueue returned when the host's table already repeats a key.
+create or replace function integration_outbox_enqueue_existing(organization_id uuid, idempotency_key text)
+returns uuid
+language sql
+stable
+set search_path from current
+as $fn$
+    select id from (
+        select o.id, o.created_at from external_integration_outbox o
+        where o.organization_id = $1 and o.idempotency_key = $2 and o.idempotency_enforced
+        union all
+        select o.id, o.created_at from external_integration_outbox o
+        where o.organization_id = $1 and o.idempotency_key = $2 and not o.idempotency_enforced
+          and o.idempotency_key is not null
+    ) keyed
+    order by created_at, id
+    limit 1
+$fn$;
+
 create or replace function integration_outbox_enqueue(
     organization_id uuid,
     integration_connection_id uuid,
