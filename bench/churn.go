@@ -87,8 +87,12 @@ var churnFamilies = []statementFamily{
 var churnFamilyOrder = []string{"enqueue", "legacy insert", "sweep", "claim", "legacy claim", "start", "purchase order",
 	"record", "legacy order", "legacy connection", "legacy complete", "other"}
 
-func familyOf(query string) string {
-	for _, f := range churnFamilies {
+func familyOf(query string) string { return familyIn(churnFamilies, query) }
+
+// familyIn names query's family in families (first match wins), or
+// "other".
+func familyIn(families []statementFamily, query string) string {
+	for _, f := range families {
 		if strings.Contains(query, f.Match) {
 			return f.Name
 		}
@@ -495,7 +499,7 @@ func runChurn(ctx context.Context, env *benchEnv, url, variant string, size, rat
 		versions rowVersions
 	}
 	take := func() (snapshot, error) {
-		f, err := readFamilies(ctx, pool)
+		f, err := readFamilies(ctx, pool, familyOf)
 		if err != nil {
 			return snapshot{}, err
 		}
@@ -554,10 +558,15 @@ func runChurn(ctx context.Context, env *benchEnv, url, variant string, size, rat
 	return run, nil
 }
 
-// readFamilies sums pg_stat_statements' top-level entries of the pool's
-// database by family.
-func readFamilies(ctx context.Context, pool *pgxpool.Pool) (map[string]familyUse, error) {
-	rows, err := pool.Query(ctx, `select s.query, s.calls, s.total_exec_time, s.rows
+// querier is a pool or a connection.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// readFamilies sums pg_stat_statements' top-level entries of db's database
+// by family, as classify names them.
+func readFamilies(ctx context.Context, db querier, classify func(query string) string) (map[string]familyUse, error) {
+	rows, err := db.Query(ctx, `select s.query, s.calls, s.total_exec_time, s.rows
 		from pg_stat_statements s join pg_database d on d.oid = s.dbid
 		where d.datname = current_database() and s.toplevel`)
 	if err != nil {
@@ -570,11 +579,12 @@ func readFamilies(ctx context.Context, pool *pgxpool.Pool) (map[string]familyUse
 		calls int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&q, &calls, &u.ExecMs, &u.Rows}, func() error {
-		f := out[familyOf(q)]
+		name := classify(q)
+		f := out[name]
 		f.Calls += calls
 		f.ExecMs += u.ExecMs
 		f.Rows += u.Rows
-		out[familyOf(q)] = f
+		out[name] = f
 		return nil
 	})
 	if err != nil {
@@ -852,19 +862,30 @@ func churnRows(runs []churnRun) []tableRow {
 }
 
 // churnShares renders each family's share of the statements' execution time.
-func churnShares(m churnMinute) string {
+func churnShares(m churnMinute) string { return executionShares(m.Families, churnFamilyOrder, 0) }
+
+// executionShares renders each family's share of the statements' execution
+// time, in order (a family missing from order is left out), and, when jobs
+// is set, its execution time per 1,000 jobs.
+func executionShares(families map[string]familyUse, order []string, jobs int) string {
 	var total float64
-	for _, f := range m.Families {
+	for _, f := range families {
 		total += f.ExecMs
 	}
 	if total == 0 {
 		return ""
 	}
 	var parts []string
-	for _, name := range churnFamilyOrder {
-		if f, ok := m.Families[name]; ok && f.ExecMs > 0 {
-			parts = append(parts, fmt.Sprintf("%s %.0f%%", name, 100*f.ExecMs/total))
+	for _, name := range order {
+		f, ok := families[name]
+		if !ok || f.ExecMs <= 0 {
+			continue
 		}
+		part := fmt.Sprintf("%s %.0f%%", name, 100*f.ExecMs/total)
+		if jobs > 0 {
+			part += fmt.Sprintf(" (%.0f ms)", f.ExecMs*1000/float64(jobs))
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, ", ")
 }

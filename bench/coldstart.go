@@ -88,9 +88,8 @@ func buildArtifacts(ctx context.Context, log *slog.Logger, repo, work string) (*
 		a.sizes = append(a.sizes, s)
 	}
 
-	a.river = filepath.Join(work, "river-bench")
-	if err := goCommand(ctx, filepath.Join(repo, "bench", "river"), nil, "build", "-o", a.river, "."); err != nil {
-		return nil, fmt.Errorf("building the River harness: %w", err)
+	if a.river, err = buildRiver(ctx, repo, work); err != nil {
+		return nil, err
 	}
 
 	a.rie = filepath.Join(repo, "bin", "aws-lambda-rie")
@@ -102,6 +101,15 @@ func buildArtifacts(ctx context.Context, log *slog.Logger, repo, work string) (*
 		a.rie = filepath.Join(gobin, "aws-lambda-rie")
 	}
 	return a, nil
+}
+
+// buildRiver builds the River harness (bench/river) into work.
+func buildRiver(ctx context.Context, repo, work string) (string, error) {
+	bin := filepath.Join(work, "river-bench")
+	if err := goCommand(ctx, filepath.Join(repo, "bench", "river"), nil, "build", "-o", bin, "."); err != nil {
+		return "", fmt.Errorf("building the River harness: %w", err)
+	}
+	return bin, nil
 }
 
 // goCommand runs the go tool in dir with extra environment.

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -50,6 +51,9 @@ type options struct {
 	only string
 }
 
+// aloneMeasurements are the measurements -only runs.
+var aloneMeasurements = []string{"install", "fair", "wal", "churn", "claim", "batch", "followers", "tokens", "throughput"}
+
 func main() {
 	var (
 		o            options
@@ -62,7 +66,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "results.md", "where to write the table (a results.raw beside it gets the raw samples)")
 	flag.StringVar(&sizes, "claim-sizes", "10000,100000,1000000", "outbox sizes of the claim measurement")
 	flag.IntVar(&o.claimRuns, "claim-runs", 30, "measured claims per size and variant")
-	flag.IntVar(&o.throughputJobs, "jobs", 20000, "jobs of the throughput run, ours and River's")
+	flag.IntVar(&o.throughputJobs, "jobs", 20000, "jobs of the throughput run, ours and each of River's")
 	flag.IntVar(&o.consumers, "consumers", 10, "concurrent push consumers (Lambda containers) in our throughput run")
 	flag.IntVar(&o.coldStarts, "cold-starts", 10, "cold starts per function under the emulator")
 	flag.StringVar(&fairSizes, "fair-claim-sizes", "40000,1000000", "outbox sizes of the fair, capped claim (10,000 due across 1,000 organizations)")
@@ -79,12 +83,12 @@ func main() {
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
 	flag.IntVar(&o.churnFill, "churn-fillfactor", 0, "also run ours with the outbox's fillfactor set to this (a lever; 0: not run)")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet) or "batch" (our pipeline at push batches of 10 and 100); the table goes to stdout, and to -out only when given`)
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet), "batch" (our pipeline at push batches of 10 and 100) or "throughput" (measurement 5: ours against River's no-op and purchase-order load workers); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
-	if o.only != "" && o.only != "install" && o.only != "fair" && o.only != "wal" && o.only != "churn" && o.only != "claim" && o.only != "batch" && o.only != "followers" && o.only != "tokens" {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers", "tokens" and "batch" are the measurements that run alone`)
+	if o.only != "" && !slices.Contains(aloneMeasurements, o.only) {
+		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers", "tokens", "batch" and "throughput" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -182,9 +186,15 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	// Everything that compiles runs first, so no compiler competes with a
 	// measurement for the two cores.
 	arts := &artifacts{}
-	if o.only == "" {
+	switch o.only {
+	case "":
 		log.Info("building bootstraps, the River harness and the emulator")
 		if arts, err = buildArtifacts(ctx, log, repo, work); err != nil {
+			return err
+		}
+	case "throughput":
+		log.Info("building the River harness")
+		if arts.river, err = buildRiver(ctx, repo, work); err != nil {
 			return err
 		}
 	}
@@ -271,6 +281,22 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	if o.only == "tokens" {
 		tokens()
 	}
+	throughput := func() {
+		step("throughput", func() (err error) {
+			if o.cpuProfile != "" {
+				stopProfile, err := startCPUProfile(o.cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stopProfile()
+			}
+			r.Throughput, err = measureThroughput(ctx, log, env, arts.river, o.throughputJobs, o.consumers)
+			return
+		})
+	}
+	if o.only == "throughput" {
+		throughput()
+	}
 	if o.only != "" {
 		return finish(ctx, log, r, o, began, failed)
 	}
@@ -292,17 +318,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	step("worker batch", func() (err error) { r.Worker, err = measureWorker(ctx, env); return })
 	step("secret calls, cache on", func() (err error) { r.CacheOn, err = measurePipeline(ctx, env, cacheOn); return })
 	step("secret calls, cache off", func() (err error) { r.CacheOff, err = measurePipeline(ctx, env, cacheOff); return })
-	step("throughput", func() (err error) {
-		if o.cpuProfile != "" {
-			stopProfile, err := startCPUProfile(o.cpuProfile)
-			if err != nil {
-				return err
-			}
-			defer stopProfile()
-		}
-		r.Throughput, err = measureThroughput(ctx, log, env, arts.river, o.throughputJobs, o.consumers)
-		return
-	})
+	throughput()
 	step("cold start", func() (err error) {
 		r.Cold, err = measureColdStarts(ctx, log, env, arts, o.coldStarts)
 		return

@@ -46,6 +46,9 @@ const (
 	targetStatements     = 1.0
 	targetSecretsPerConn = 2.0
 	targetRiver          = 1.0
+	// targetRiverPOLoadPG bounds our PostgreSQL CPU per delivered command
+	// over River's with the purchase-order load worker.
+	targetRiverPOLoadPG  = 1.5
 	targetColdStart      = 60 * time.Millisecond
 	targetBootstrapBytes = 12 << 20
 )
@@ -140,33 +143,7 @@ func (r *report) table() []tableRow {
 	}
 
 	// 5. Throughput against River.
-	if tp := r.Throughput; tp.Ours.Took > 0 && tp.River.Seconds > 0 {
-		ratio := tp.oursPerSecond() / tp.River.JobsPerSecond
-		add(tableRow{"5", fmt.Sprintf("Throughput, %s jobs each, same PostgreSQL, one after the other: jobs completed per second", rows(tp.Jobs)),
-			fmt.Sprintf("%.0f jobs/s in this run (dispatch + %d push consumers; %d push invocations, %.1f records each)",
-				tp.oursPerSecond(), tp.Consumers, tp.Ours.Batches, float64(tp.Jobs)/float64(max(tp.Ours.Batches, 1))),
-			fmt.Sprintf("River %s: %.0f jobs/s (no-op worker, MaxWorkers %d)", tp.River.RiverVersion, tp.River.JobsPerSecond, tp.River.MaxWorkers),
-			"ours/River " + x(ratio), fmt.Sprintf("≥ %.1f×", targetRiver), status(ratio >= targetRiver)})
-		per1k := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(tp.Jobs) }
-		ours := tp.Ours.CPU
-		riverSelf, riverPG := tp.River.CPUSeconds*1000/float64(tp.Jobs), tp.River.PostgresCPUSeconds*1000/float64(tp.Jobs)
-		if ours.Postgres > 0 && riverPG > 0 {
-			add(tableRow{"5", "CPU seconds per 1,000 jobs in those runs (the Go process + PostgreSQL)",
-				fmt.Sprintf("%.3f + %.3f = %.3f", per1k(ours.Self), per1k(ours.Postgres), per1k(ours.Self+ours.Postgres)),
-				fmt.Sprintf("River %.3f + %.3f = %.3f", riverSelf, riverPG, riverSelf+riverPG),
-				fmt.Sprintf("ours/River: Go %s, PostgreSQL %s, total %s", x(per1k(ours.Self)/riverSelf), x(per1k(ours.Postgres)/riverPG),
-					x(per1k(ours.Self+ours.Postgres)/(riverSelf+riverPG))),
-				"", ""})
-		}
-		if st := tp.Staged; st.Dispatch > 0 && st.Push > 0 {
-			add(tableRow{"5", "Throughput by stage (diagnostic run: every job dispatched before the consumers start)",
-				fmt.Sprintf("dispatch alone %.0f jobs/s; push alone %.0f jobs/s (%d invocations, %.1f records each)",
-					perSecond(tp.Jobs, st.Dispatch), perSecond(tp.Jobs, st.Push), st.Batches, float64(tp.Jobs)/float64(max(st.Batches, 1))),
-				fmt.Sprintf("River %.0f jobs/s", tp.River.JobsPerSecond),
-				fmt.Sprintf("River/stage: dispatch %s, push %s", x(tp.River.JobsPerSecond/perSecond(tp.Jobs, st.Dispatch)), x(tp.River.JobsPerSecond/perSecond(tp.Jobs, st.Push))),
-				"", ""})
-		}
-	}
+	t = append(t, throughputRows(r.Throughput)...)
 
 	// 6. Size and cold start.
 	var minimal coldStart
@@ -316,10 +293,13 @@ func (r *report) markdown() string {
 			}
 		}
 		p("4. **Secrets Manager.** 1,000 jobs on 10 connections (sandbox provider, no latency), each connection naming its own secret tagged with its organization; jobs are seeded round-robin over the connections. One dispatch run and one push worker (one container) handle them batch after batch; the resolver's `SecretsAPI` is wrapped in a decorator that counts the calls reaching moto. Cache on is the default TTL (5 min); cache off is `ResolverConfig.TTL < 0` (concurrent look-ups of one reference still share their calls: batches are taken from the in-process queue as messages arrive, so a batch may hold two jobs of one connection, which then share one look-up). In a deployment `CREDENTIAL_CACHE_TTL=0` selects the same (internal/app maps it to a negative TTL).\n")
-		p("5. **Throughput.** The same number of jobs through each, one after the other, on fresh databases of the same cluster, each after an `ANALYZE` and a `CHECKPOINT`. Ours: one dispatcher running back to back (each run claims up to DISPATCH_MAX_PER_RUN = 5000 in batches of 50 and sends batches of 10, 5 at a time) into an in-process stand-in for SQS (a channel; no network), drained by %d push workers, each with its own `internal/app` (pool of 4 connections, as one Lambda container) taking up to 10 messages per invocation; sandbox provider, no latency, no credential reference (the secret path is measured in 4); the clock runs from the first dispatch to the last recorded batch, all rows then checked `completed`. A second, diagnostic run of ours on fresh rows dispatches every job before the consumers start, timing each stage alone. CPU is read from `/proc` (the cluster: postmaster, its reaped and live children) and `getrusage` (the Go process) at the start and end of each timed run; River's harness reads its own the same way. River: its own module (`bench/river`), River v0.51.2 with the settings of River's own benchmark (no-op worker, MaxWorkers 2,000, FetchCooldown 2 ms, FetchPollInterval 20 ms, InsertMany in batches of 5,000 before the client starts); the clock runs from `client.Start` to the last completed-job event, all rows then checked `completed`.\n", r.Throughput.Consumers)
+		b.WriteString(throughputMethod(r.Throughput))
 		p("6. **Size and cold start.** Each `functions/*` folder is built with `CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w'` for linux/arm64 and linux/amd64 (a folder that does not build is reported and skipped), and so is a minimal aws-lambda-go function (`bench/minimal-lambda`) as the reference. Each amd64 bootstrap is started %d times, each in a fresh Lambda Runtime Interface Emulator on loopback ports (the emulator starts the bootstrap on the first invoke), the functions taking turns; the time is from the invoke POST to the response (the init phase beside it is the emulator's `INIT REPORT`: bootstrap start to its first request for work), and peak RSS is the bootstrap's `VmHWM` after that response. Events: dispatch `{}` (an empty migrated outbox: it sweeps and claims), push one SQS record whose claim does not exist (it starts nothing and acknowledges), any other function its first `events/*.json` or `{}`. Environment: `DATABASE_URL`, moto's `AWS_ENDPOINT_URL`, `AWS_REGION=us-east-1`, test keys, the queue's URL, `WEBHOOK_ALLOW_PRIVATE_NETWORKS=true`.\n", len(firstStarts(r.Cold)))
 		p("7. **Cost.** The 1,000-job runs of measurement 4, scaled to a million commands: Lambda requests = dispatch runs + push invocations; GB-seconds = each invocation's duration measured in-process, rounded up to 1 ms, × %s; SQS requests = SendMessageBatch calls counted at the stand-in + one ReceiveMessage and one DeleteMessageBatch per delivered batch (the event source mapping's empty polls are a fixed cost per queue, not per command, and are left out, as are the free tiers, EventBridge Scheduler and the $%.2f per secret per month); Secrets Manager = calls counted (with the cache on, real calls grow with containers × connections × TTL periods rather than with commands, so the scaled count holds only while that product stays at this run's share). The second cost row keeps every count and bills each push invocation for the warm batch time of measurement 2 instead. Prices, us-east-1, %s: Lambda $0.20 per million requests and $%.10f per GB-second (%s); SQS standard $0.40 per million requests; Secrets Manager $0.05 per 10,000 API calls (AWS's published list prices, kept in `bench/cost.go`).\n",
 			r.Memory.Source, secretsManagerSecretUSD, pricesAsOf, r.Memory.gbSecondUSD(), r.Memory.Arch)
+	}
+	if r.Only == "throughput" {
+		b.WriteString(throughputMethod(r.Throughput))
 	}
 	b.WriteString(installMarkdown(r.Install))
 	b.WriteString(walMarkdown(r.WAL))
@@ -330,6 +310,12 @@ func (r *report) markdown() string {
 	b.WriteString(churnMarkdown(r.Churn))
 	b.WriteString(batchLeverMarkdown(r.BatchLever))
 	return b.String()
+}
+
+// throughputMethod is how measurement 5 was taken (go run . -only
+// throughput runs it alone).
+func throughputMethod(tp throughputResult) string {
+	return fmt.Sprintf("5. **Throughput.** The same number of jobs through each, one after the other, on fresh databases of the same cluster, each after an `ANALYZE` and a `CHECKPOINT`. Ours: one dispatcher running back to back (each run claims up to DISPATCH_MAX_PER_RUN = 5000 in batches of 50 and sends batches of 10, 5 at a time) into an in-process stand-in for SQS (a channel; no network), drained by %d push workers, each with its own `internal/app` (pool of 4 connections, as one Lambda container) taking up to 10 messages per invocation; %d connections of the sandbox provider, no latency, no credential reference (the secret path is measured in 4), a purchase order of %d lines per job, which the push worker loads (`purchaseorder.Command.Load`: one statement per push batch); the clock runs from the first dispatch to the last recorded batch, all rows then checked `completed`. A second, diagnostic run of ours on fresh rows dispatches every job before the consumers start, timing each stage alone. CPU is read from `/proc` (the cluster: postmaster, its reaped and live children) and `getrusage` (the Go process) at the start and end of each timed run; River's harness reads its own the same way. River: its own module (`bench/river`), River v0.51.2 with the settings of River's own benchmark (MaxWorkers 2,000, FetchCooldown 2 ms, FetchPollInterval 20 ms, InsertMany in batches of 5,000 before the client starts, pgxpool's default pool); the clock runs from `client.Start` to the last completed-job event, all rows then checked `completed`. River runs twice: with River's own no-op worker on an empty database, and with a purchase-order load worker on a migrated database seeded as ours (the same connections, purchase orders and lines; the outbox rows stay, unread): per job it runs the push worker's own load statement (its text handed over by the bench from `internal/purchaseorder`), with arrays of one element (the job's outbox id, organization, purchase order, its connection's location, the connection and its provider), decodes the row and fails the job when none comes back; it builds no provider document and records nothing beyond River's own completion. The PostgreSQL CPU per delivered command is each run's cluster CPU over its jobs. Statement families: `pg_stat_statements` (top-level entries of the run's database) is reset when each clock starts and read after the run; each statement is put in a family by a fragment of its text (ours: the dead-letter sweep, the claim with its setup, start, the purchase-order load, record; River's: `JobGetAvailable` fetching and locking jobs, `JobSetStateIfRunningMany` completing them, the purchase-order load); the rest (transaction control, set_config, River's leader election, notifications and maintenance) is other. Run alone with `go run . -only throughput -jobs 2000`.\n", tp.Consumers, throughputTenants, throughputLines)
 }
 
 func firstStarts(c []coldStart) []time.Duration {

@@ -21,23 +21,45 @@ func selfCPU() time.Duration {
 	return time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
 }
 
+// clusterCPU reads the cluster's CPU time as the bench program's does: a
+// child reaped while the children are read would move its time from the
+// live children into the postmaster's reaped total and be counted twice or
+// not at all, so the reading is taken again until the reaped total is the
+// same before and after the children (at most 100 times).
 func clusterCPU(postmaster int) time.Duration {
 	if postmaster <= 0 {
 		return 0
 	}
-	total := procCPU(postmaster, true)
+	var total time.Duration
+	for range 100 {
+		own, reaped := procTimes(postmaster)
+		total = own + reaped
+		for _, c := range childrenOf(postmaster) {
+			own, _ := procTimes(c)
+			total += own
+		}
+		if _, again := procTimes(postmaster); again == reaped {
+			break
+		}
+	}
+	return total
+}
+
+// childrenOf lists the pids whose parent is pid.
+func childrenOf(pid int) []int {
+	var out []int
 	procs, _ := os.ReadDir("/proc")
-	parent := strconv.Itoa(postmaster)
+	parent := strconv.Itoa(pid)
 	for _, p := range procs {
 		n, err := strconv.Atoi(p.Name())
 		if err != nil {
 			continue
 		}
 		if f := procStat(n); len(f) > 1 && f[1] == parent {
-			total += procCPU(n, false)
+			out = append(out, n)
 		}
 	}
-	return total
+	return out
 }
 
 func procStat(pid int) []string {
@@ -52,19 +74,19 @@ func procStat(pid int) []string {
 	return strings.Fields(string(stat[i+1:]))
 }
 
-func procCPU(pid int, reaped bool) time.Duration {
+// procTimes returns pid's utime+stime and its cutime+cstime.
+func procTimes(pid int) (own, children time.Duration) {
 	f := procStat(pid)
 	if len(f) < 15 {
-		return 0
+		return 0, 0
 	}
-	last := 12
-	if reaped {
-		last = 14
+	ticks := func(fields []string) (n time.Duration) {
+		for _, s := range fields {
+			v, _ := strconv.Atoi(s)
+			n += time.Duration(v) * clockTick
+		}
+		return n
 	}
-	n := 0
-	for _, s := range f[11 : last+1] {
-		v, _ := strconv.Atoi(s)
-		n += v
-	}
-	return time.Duration(n) * clockTick
+	// Fields 14..17 of stat (11..14 here): utime, stime, cutime, cstime.
+	return ticks(f[11:13]), ticks(f[13:15])
 }
