@@ -184,7 +184,7 @@ var hostObjects = map[int64]HostObjects{
 		// and claim_orphan_idx), and connection_leased_idx has the leased
 		// one's condition and answers its global reads too.
 		Indexes: []Index{
-			// Reruns by filter (internal/rerun selectByFilterSQL) and the
+			// Reruns by filter (internal/rerun/sql/lock_by_filter.sql) and the
 			// operators' failed view of one organization.
 			{Table: outbox, Name: "external_integration_outbox_org_requeueable_idx",
 				Definition: "(organization_id, status, created_at) where status in ('failed', 'dead_letter', 'uncertain')"},

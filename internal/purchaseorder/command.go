@@ -64,7 +64,8 @@ func (c *Command) Load(ctx context.Context, jobs []outbox.Job) ([]push.Delivery,
 			providers[i] = j.Connection.Provider
 		}
 	}
-	rows, err := c.db.Query(ctx, loadSQL, ids, orgs, orders, locations, conns, providers)
+	rows, err := c.db.Query(ctx, loadSQL, pgx.NamedArgs{"outbox_ids": ids, "organization_ids": orgs, "order_ids": orders,
+		"location_ids": locations, "connection_ids": conns, "providers": providers})
 	if err != nil {
 		return nil, fmt.Errorf("loading %d purchase orders: %w", n, err)
 	}
@@ -141,7 +142,8 @@ func (c *Command) remember(ctx context.Context, j outbox.Job, providerName strin
 	// gets its own few seconds.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rememberTimeout)
 	defer cancel()
-	rows, err := c.db.Query(ctx, rememberSQL, j.ConnectionID, j.LocalEntityID, providerName, doc.ID, doc.SyncToken)
+	rows, err := c.db.Query(ctx, rememberSQL, pgx.NamedArgs{"connection_id": j.ConnectionID, "order_id": j.LocalEntityID,
+		"provider": providerName, "external_id": doc.ID, "sync_token": doc.SyncToken})
 	if err == nil {
 		rows.Close()
 		err = rows.Err()

@@ -1,7 +1,7 @@
 // Package report is the operator's read-only view of the outbox: rows by
 // status, organization and connection; one row with its attempts, conflicts
 // and rerun history; and the deliveries that are stuck. infra/outboxctl prints it.
-// Its SQL lives in queries.go.
+// Its SQL lives in sql/.
 package report
 
 import (
@@ -41,7 +41,8 @@ func New(db DB, maxAttempts int) *Reader {
 	return &Reader{db: db, maxAttempts: cmp.Or(maxAttempts, config.DefaultMaxAttempts)}
 }
 
-// Row is an outbox row as the listings show it.
+// Row is an outbox row as the listings show it, its fields in the order of
+// their columns (sql/list.sql).
 type Row struct {
 	ID             string
 	OrganizationID string
@@ -80,16 +81,13 @@ type ListParams struct {
 // limit allowed.
 func (r *Reader) List(ctx context.Context, p ListParams) (rows []Row, more bool, err error) {
 	limit := cmp.Or(p.Limit, 50)
-	res, err := r.db.Query(ctx, listSQL, r.maxAttempts, pgtx.Nullable(p.OrganizationID), pgtx.Nullable(p.Status),
-		pgtx.Nullable(p.ConnectionID), limit+1)
+	res, err := r.db.Query(ctx, listQuery, pgx.NamedArgs{"max_attempts": r.maxAttempts,
+		"organization_id": pgtx.Nullable(p.OrganizationID), "status": pgtx.Nullable(p.Status),
+		"connection_id": pgtx.Nullable(p.ConnectionID), "limit": limit + 1})
 	if err != nil {
 		return nil, false, fmt.Errorf("listing outbox rows: %w", err)
 	}
-	rows, err = pgx.CollectRows(res, func(cr pgx.CollectableRow) (Row, error) {
-		var row Row
-		err := cr.Scan(row.scanArgs()...)
-		return row, err
-	})
+	rows, err = pgx.CollectRows(res, pgx.RowToStructByPos[Row])
 	if err != nil {
 		return nil, false, fmt.Errorf("listing outbox rows: %w", err)
 	}
@@ -170,7 +168,8 @@ type RerunEntry struct {
 func (r *Reader) Show(ctx context.Context, organizationID, id string) (Detail, error) {
 	var d Detail
 	var doc []byte
-	err := r.db.QueryRow(ctx, showRowSQL, organizationID, id).Scan(&doc)
+	rowArgs := pgx.NamedArgs{"organization_id": organizationID, "id": id}
+	err := r.db.QueryRow(ctx, showRowQuery, rowArgs).Scan(&doc)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, ErrNotFound
 	}
@@ -181,47 +180,33 @@ func (r *Reader) Show(ctx context.Context, organizationID, id string) (Detail, e
 		return d, fmt.Errorf("reading outbox row %s: %w", id, err)
 	}
 
-	rows, err := r.db.Query(ctx, attemptsSQL, organizationID, id)
+	rows, err := r.db.Query(ctx, attemptsQuery, rowArgs)
 	if err != nil {
 		return d, fmt.Errorf("reading attempts of %s: %w", id, err)
 	}
-	d.Attempts, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (Attempt, error) {
-		var a Attempt
-		err := cr.Scan(&a.Attempt, &a.StartedAt, &a.FinishedAt, &a.Outcome, &a.ProviderCalled, &a.HTTPStatus,
-			&a.ErrorExcerpt, &a.ProviderReference, &a.ProviderStatus)
-		return a, err
-	})
+	d.Attempts, err = pgx.CollectRows(rows, pgx.RowToStructByName[Attempt])
 	if err != nil {
 		return d, fmt.Errorf("reading attempts of %s: %w", id, err)
 	}
 
-	rows, err = r.db.Query(ctx, conflictsSQL, organizationID, id)
+	rows, err = r.db.Query(ctx, conflictsQuery, rowArgs)
 	if err != nil {
 		return d, fmt.Errorf("reading conflicts of %s: %w", id, err)
 	}
-	d.Conflicts, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (Conflict, error) {
-		var c Conflict
-		err := cr.Scan(&c.ID, &c.ConflictType, &c.Severity, &c.Status, &c.Summary, &c.CreatedAt, &c.ResolvedAt,
-			&c.ResolutionReason)
-		return c, err
-	})
+	d.Conflicts, err = pgx.CollectRows(rows, pgx.RowToStructByName[Conflict])
 	if err != nil {
 		return d, fmt.Errorf("reading conflicts of %s: %w", id, err)
 	}
 
-	rows, err = r.db.Query(ctx, historySQL, organizationID, id)
+	rows, err = r.db.Query(ctx, historyQuery, rowArgs)
 	if err != nil {
 		return d, fmt.Errorf("reading rerun history of %s: %w", id, err)
 	}
-	d.History, err = pgx.CollectRows(rows, func(cr pgx.CollectableRow) (RerunEntry, error) {
-		var e RerunEntry
-		err := cr.Scan(&e.AuditID, &e.CreatedAt, &e.RequestedBy, &e.Reason, &e.DispatchNow, &e.Requeued, &e.SkipReason)
-		return e, err
-	})
+	d.History, err = pgx.CollectRows(rows, pgx.RowToStructByName[RerunEntry])
 	if err != nil {
 		return d, fmt.Errorf("reading rerun history of %s: %w", id, err)
 	}
-	err = r.db.QueryRow(ctx, waitingBehindSQL, organizationID, id).Scan(&d.WaitingBehind)
+	err = r.db.QueryRow(ctx, waitingBehindQuery, rowArgs).Scan(&d.WaitingBehind)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return d, fmt.Errorf("reading what %s waits behind: %w", id, err)
 	}
@@ -369,20 +354,22 @@ func (r *Reader) Stuck(ctx context.Context, p StuckParams) (Stuck, error) {
 	limit := cmp.Or(p.Limit, 50)
 	accepted := cmp.Or(p.AcceptedFor, time.Hour).Seconds()
 	overdue := cmp.Or(p.OverdueFor, 5*time.Minute).Seconds()
-	org := pgtx.Nullable(p.OrganizationID)
+	waitFor := cmp.Or(p.EntityWaitFor, time.Hour).Seconds()
+	// Every stuck view takes these; each reads those it names.
+	args := pgx.NamedArgs{"max_attempts": r.maxAttempts, "organization_id": pgtx.Nullable(p.OrganizationID),
+		"limit": limit, "accepted_seconds": accepted, "overdue_seconds": overdue, "wait_seconds": waitFor}
 	var s Stuck
 	for _, q := range []struct {
 		name string
 		dst  *Section
 		sql  string
-		args []any
 	}{
-		{"expired leases", &s.ExpiredLeases, expiredLeasesSQL, []any{r.maxAttempts, org, limit}},
-		{"accepted rows", &s.AcceptedWaiting, acceptedWaitingSQL, []any{r.maxAttempts, org, accepted, limit}},
-		{"overdue queued rows", &s.OverdueQueued, overdueQueuedSQL, []any{r.maxAttempts, org, overdue, limit}},
-		{"failed rows", &s.Failed, failedSQL, []any{r.maxAttempts, org, limit}},
+		{"expired leases", &s.ExpiredLeases, expiredLeasesQuery},
+		{"accepted rows", &s.AcceptedWaiting, acceptedWaitingQuery},
+		{"overdue queued rows", &s.OverdueQueued, overdueQueuedQuery},
+		{"failed rows", &s.Failed, failedQuery},
 	} {
-		rows, err := r.db.Query(ctx, q.sql, q.args...)
+		rows, err := r.db.Query(ctx, q.sql, args)
 		if err != nil {
 			return s, fmt.Errorf("reading %s: %w", q.name, err)
 		}
@@ -395,7 +382,7 @@ func (r *Reader) Stuck(ctx context.Context, p StuckParams) (Stuck, error) {
 			return s, fmt.Errorf("reading %s: %w", q.name, err)
 		}
 	}
-	rows, err := r.db.Query(ctx, circuitsSQL, org, limit)
+	rows, err := r.db.Query(ctx, circuitsQuery, args)
 	if err != nil {
 		return s, fmt.Errorf("reading circuits: %w", err)
 	}
@@ -408,8 +395,7 @@ func (r *Reader) Stuck(ctx context.Context, p StuckParams) (Stuck, error) {
 	if err != nil {
 		return s, fmt.Errorf("reading circuits: %w", err)
 	}
-	waitFor := cmp.Or(p.EntityWaitFor, time.Hour).Seconds()
-	rows, err = r.db.Query(ctx, entitiesWaitingSQL, r.maxAttempts, org, waitFor, limit)
+	rows, err = r.db.Query(ctx, entitiesWaitingQuery, args)
 	if err != nil {
 		return s, fmt.Errorf("reading entities waiting: %w", err)
 	}
@@ -425,7 +411,7 @@ func (r *Reader) Stuck(ctx context.Context, p StuckParams) (Stuck, error) {
 	if s.Connections, err = health.List(ctx, r.db, p.OrganizationID, limit); err != nil {
 		return s, fmt.Errorf("reading connections: %w", err)
 	}
-	rows, err = r.db.Query(ctx, oldWorkerSQL, r.maxAttempts, org, limit)
+	rows, err = r.db.Query(ctx, oldWorkerQuery, args)
 	if err != nil {
 		return s, fmt.Errorf("reading the old worker's rows: %w", err)
 	}

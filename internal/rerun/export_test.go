@@ -1,4 +1,7 @@
 package rerun
 
-// SelectByFilterSQL is the statement whose plan rerun_test checks.
-const SelectByFilterSQL = selectByFilterSQL
+import "integration-outbox/internal/sqlfile"
+
+// SelectByFilterSQL is the statement whose plan rerun_test checks, as pgx
+// sends it: its named arguments numbered in the order they first appear.
+var SelectByFilterSQL = sqlfile.Positional(selectByFilterSQL)

@@ -3,7 +3,7 @@
 // conflicts resolved and one audit row per rerun, optionally followed by one
 // dispatch of exactly the requeued rows. functions/rerun serves it to the
 // Lambda console and infra/outboxctl runs it locally. Its SQL lives in
-// queries.go.
+// sql/.
 package rerun
 
 import (
@@ -172,10 +172,11 @@ type stats struct {
 	conflictsResolved int64
 }
 
+// candidate is a selected row, as much of it as the rerun needs to decide.
 type candidate struct {
-	id       string
-	status   string
-	attempts int
+	ID           string
+	Status       string
+	AttemptCount int
 }
 
 func (r *Rerunner) requeue(ctx context.Context, req Request) (res Result, st stats, err error) {
@@ -216,7 +217,8 @@ func (r *Rerunner) requeueIn(ctx context.Context, tx pgx.Tx, req Request) (res R
 		return res, st, nil
 	}
 
-	rows, err := tx.Query(ctx, requeueSQL, req.OrganizationID, plan, req.ResetAttempts, r.cfg.MaxAttempts)
+	rows, err := tx.Query(ctx, requeueSQL, pgx.NamedArgs{"organization_id": req.OrganizationID, "ids": plan,
+		"reset_attempts": req.ResetAttempts, "max_attempts": r.cfg.MaxAttempts})
 	if err != nil {
 		return res, st, fmt.Errorf("requeueing %d rows: %w", len(plan), err)
 	}
@@ -237,7 +239,8 @@ func (r *Rerunner) requeueIn(ctx context.Context, tx pgx.Tx, req Request) (res R
 	}
 
 	if len(res.Requeued) > 0 {
-		tag, err := tx.Exec(ctx, resolveConflictsSQL, req.OrganizationID, res.Requeued, req.Reason)
+		tag, err := tx.Exec(ctx, resolveConflictsSQL, pgx.NamedArgs{"organization_id": req.OrganizationID,
+			"ids": res.Requeued, "reason": req.Reason})
 		if err != nil {
 			return res, st, fmt.Errorf("resolving conflicts: %w", err)
 		}
@@ -252,8 +255,8 @@ func (r *Rerunner) requeueIn(ctx context.Context, tx pgx.Tx, req Request) (res R
 	if err != nil {
 		return res, st, fmt.Errorf("encoding skipped rows: %w", err)
 	}
-	if err := tx.QueryRow(ctx, insertAuditSQL, req.OrganizationID, pgtx.Nullable(req.RequestedBy), req.Reason, doc,
-		res.Requeued, skippedDoc, req.DispatchNow).Scan(&st.auditID); err != nil {
+	if err := tx.QueryRow(ctx, insertAuditSQL, auditArgs(req, doc, res.Requeued, skippedDoc, req.DispatchNow)).
+		Scan(&st.auditID); err != nil {
 		return res, st, fmt.Errorf("writing the audit row: %w", err)
 	}
 	return res, st, nil
@@ -281,39 +284,44 @@ func (r *Rerunner) enableIn(ctx context.Context, tx pgx.Tx, req Request) (res Re
 	if err != nil {
 		return res, st, err
 	}
-	if err := tx.QueryRow(ctx, insertAuditSQL, req.OrganizationID, pgtx.Nullable(req.RequestedBy), req.Reason, doc,
-		res.Requeued, []byte("[]"), false).Scan(&st.auditID); err != nil {
+	if err := tx.QueryRow(ctx, insertAuditSQL, auditArgs(req, doc, res.Requeued, []byte("[]"), false)).
+		Scan(&st.auditID); err != nil {
 		return res, st, fmt.Errorf("writing the audit row: %w", err)
 	}
 	return res, st, nil
 }
 
+// auditArgs are the arguments of the audit row of the rerun req.
+func auditArgs(req Request, payload []byte, requeued []string, skipped []byte, dispatchNow bool) pgx.NamedArgs {
+	return pgx.NamedArgs{"organization_id": req.OrganizationID, "requested_by": pgtx.Nullable(req.RequestedBy),
+		"reason": req.Reason, "payload": payload, "affected_ids": requeued, "skipped": skipped,
+		"dispatch_now": dispatchNow}
+}
+
 // candidates reads the selected rows of the organization; a real rerun
 // locks them until it commits.
 func (r *Rerunner) candidates(ctx context.Context, tx pgx.Tx, req Request) ([]candidate, error) {
-	lock := lockSuffix
+	byIDs, byFilter := lockByIDsSQL, lockByFilterSQL
 	if req.DryRun {
-		lock = ""
+		byIDs, byFilter = selectByIDsSQL, selectByFilterSQL
 	}
 	var (
 		rows pgx.Rows
 		err  error
 	)
 	if req.Filter == nil {
-		rows, err = tx.Query(ctx, selectByIDsSQL+lock, req.OrganizationID, req.OutboxIDs)
+		rows, err = tx.Query(ctx, byIDs, pgx.NamedArgs{"organization_id": req.OrganizationID, "ids": req.OutboxIDs})
 	} else {
 		f := req.Filter
-		rows, err = tx.Query(ctx, selectByFilterSQL+lock, req.OrganizationID, f.Statuses,
-			pgtx.Nullable(f.ConnectionID), pgtx.Nullable(f.CommandType), pgtx.NullableTime(f.CreatedAfter), pgtx.NullableTime(f.CreatedBefore), req.Limit)
+		rows, err = tx.Query(ctx, byFilter, pgx.NamedArgs{"organization_id": req.OrganizationID,
+			"statuses": f.Statuses, "connection_id": pgtx.Nullable(f.ConnectionID),
+			"command_type": pgtx.Nullable(f.CommandType), "created_after": pgtx.NullableTime(f.CreatedAfter),
+			"created_before": pgtx.NullableTime(f.CreatedBefore), "limit": req.Limit})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("selecting rows: %w", err)
 	}
-	cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (candidate, error) {
-		var c candidate
-		err := row.Scan(&c.id, &c.status, &c.attempts)
-		return c, err
-	})
+	cands, err := pgx.CollectRows(rows, pgx.RowToStructByName[candidate])
 	if err != nil {
 		return nil, fmt.Errorf("selecting rows: %w", err)
 	}
@@ -329,8 +337,8 @@ func (r *Rerunner) decide(req Request, cands []candidate) (requeue []string, ski
 	byID := make(map[string]candidate, len(cands))
 	order := make([]string, 0, len(cands))
 	for _, c := range cands {
-		byID[c.id] = c
-		order = append(order, c.id)
+		byID[c.ID] = c
+		order = append(order, c.ID)
 	}
 	if req.Filter == nil {
 		order = req.OutboxIDs
@@ -351,9 +359,9 @@ func (r *Rerunner) decide(req Request, cands []candidate) (requeue []string, ski
 }
 
 func (r *Rerunner) skipReason(req Request, c candidate) string {
-	switch outbox.Status(c.status) {
+	switch outbox.Status(c.Status) {
 	case outbox.StatusFailed, outbox.StatusDeadLetter, outbox.StatusUncertain:
-		if !req.ResetAttempts && c.attempts >= r.cfg.MaxAttempts {
+		if !req.ResetAttempts && c.AttemptCount >= r.cfg.MaxAttempts {
 			return ReasonNoAttemptsLeft
 		}
 		return ""
@@ -366,7 +374,7 @@ func (r *Rerunner) skipReason(req Request, c candidate) string {
 	case outbox.StatusQueued:
 		return ReasonQueued
 	}
-	return fmt.Sprintf("status %q is not requeueable", c.status)
+	return fmt.Sprintf("status %q is not requeueable", c.Status)
 }
 
 // retryable reports a transaction the database aborted to break a deadlock

@@ -2,7 +2,7 @@
 // unsupported rows whose completed_at is older than RETENTION_AGE, with
 // their attempt history, in bounded batches. Rows in any other state,
 // conflicts and rerun audits are never deleted. functions/retention runs it
-// on its own schedule, apart from dispatch. Its SQL lives in queries.go.
+// on its own schedule, apart from dispatch. Its SQL lives in sql/.
 package retention
 
 import (
@@ -135,10 +135,14 @@ func (s *Sweeper) timeForABatch(ctx context.Context) bool {
 // batch deletes one batch in its own short transaction.
 func (s *Sweeper) batch(ctx context.Context) (n int, err error) {
 	err = pgtx.Do(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, batchTimeoutsSQL, millis(s.cfg.LockTimeout), millis(s.cfg.StatementTimeout)); err != nil {
+		if _, err := tx.Exec(ctx, batchTimeoutsSQL, pgx.NamedArgs{
+			"lock_timeout": millis(s.cfg.LockTimeout), "statement_timeout": millis(s.cfg.StatementTimeout),
+		}); err != nil {
 			return fmt.Errorf("setting the batch's timeouts: %w", err)
 		}
-		if err := tx.QueryRow(ctx, deleteBatchSQL, s.cfg.Age.Seconds(), s.cfg.BatchSize).Scan(&n); err != nil {
+		if err := tx.QueryRow(ctx, deleteBatchSQL, pgx.NamedArgs{
+			"age_seconds": s.cfg.Age.Seconds(), "batch_size": s.cfg.BatchSize,
+		}).Scan(&n); err != nil {
 			return fmt.Errorf("deleting a batch: %w", err)
 		}
 		return nil

@@ -4,8 +4,11 @@
 package sqlfile
 
 import (
+	"context"
 	"io/fs"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Statement returns the statement in fsys's sql/<name>.sql without its
@@ -21,4 +24,12 @@ func Statement(fsys fs.FS, owner, name string) string {
 		_, text, _ = strings.Cut(text, "\n")
 	}
 	return strings.TrimSpace(text)
+}
+
+// Positional returns sql as pgx sends it with pgx.NamedArgs: each @name
+// replaced by a $n, numbered in the order the names first appear. It is for
+// the tests that prepare or explain a statement themselves.
+func Positional(sql string) string {
+	sql, _, _ = pgx.NamedArgs{}.RewriteQuery(context.Background(), nil, sql, nil) // never fails: not strict
+	return sql
 }

@@ -1,0 +1,23 @@
+package purchaseorder
+
+import (
+	"embed"
+
+	"integration-outbox/internal/sqlfile"
+)
+
+// Every statement of the command lives in sql/, one file per statement, its
+// documentation in the file's leading comment; their arguments are named
+// (pgx.NamedArgs).
+//
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+// The statements, read once at package init.
+var (
+	loadSQL     = statement("load")
+	rememberSQL = statement("remember")
+)
+
+// statement is sql/<name>.sql without its leading comment.
+func statement(name string) string { return sqlfile.Statement(sqlFiles, "purchaseorder", name) }

@@ -1,0 +1,16 @@
+-- A stuck view: rows waiting for their next attempt, soonest first (a row
+-- with no attempts left is never claimed again). Of the organization
+-- @organization_id when not null; up to @limit, each with the total count of
+-- its kind. The row columns are list.sql's.
+
+select o.id::text, o.organization_id::text, coalesce(o.integration_connection_id::text, ''),
+    coalesce(o.provider, ''), coalesce(o.command_type, ''), o.status, o.attempt_count,
+    greatest(@max_attempts::int - o.attempt_count, 0), o.next_attempt_at, o.lease_expires_at,
+    coalesce(o.provider_status, ''), coalesce(o.last_error, ''), o.created_at,
+    coalesce(o.updated_at, o.created_at),
+    count(*) over ()
+from external_integration_outbox o
+where o.status = 'failed'
+  and (@organization_id::uuid is null or o.organization_id = @organization_id::uuid)
+order by o.next_attempt_at nulls first, o.id
+limit @limit::bigint
