@@ -72,6 +72,8 @@ var churnFamilies = []statementFamily{
 	{"enqueue", "integration_outbox_enqueue("},
 	{"claim", "pg_advisory_xact_lock(hashtext("},
 	{"claim", "with recursive budget"},
+	{"claim", "with budget as ("},
+	{"claim", "delete from integration_outbox_connection_health"},
 	{"sweep", "with exhausted as"},
 	{"start", "started as ("},
 	{"purchase order", "join purchase_orders p"},

@@ -29,9 +29,10 @@ func (poLoadArgs) Kind() string { return "bench_po_load" }
 // statement takes a batch as arrays (outbox ids, organization ids, order
 // ids, location ids or null, connection ids, providers), here of one
 // element each.
-func (a poLoadArgs) queryArgs() []any {
-	return []any{[]string{a.OutboxID}, []string{a.OrganizationID}, []string{a.OrderID},
-		[]*string{a.LocationID}, []string{a.ConnectionID}, []string{a.Provider}}
+func (a poLoadArgs) queryArgs() pgx.NamedArgs {
+	return pgx.NamedArgs{"outbox_ids": []string{a.OutboxID}, "organization_ids": []string{a.OrganizationID},
+		"order_ids": []string{a.OrderID}, "location_ids": []*string{a.LocationID},
+		"connection_ids": []string{a.ConnectionID}, "providers": []string{a.Provider}}
 }
 
 // errNotFound is a job whose purchase order the statement did not return.
@@ -53,7 +54,7 @@ type poLoadWorker struct {
 }
 
 func (w *poLoadWorker) Work(ctx context.Context, job *river.Job[poLoadArgs]) error {
-	rows, err := w.db.Query(ctx, w.sql, job.Args.queryArgs()...)
+	rows, err := w.db.Query(ctx, w.sql, job.Args.queryArgs())
 	if err != nil {
 		return fmt.Errorf("loading purchase order %s: %w", job.Args.OrderID, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 func TestQueryArgs(t *testing.T) {
@@ -12,12 +14,14 @@ func TestQueryArgs(t *testing.T) {
 	cases := []struct {
 		name string
 		args poLoadArgs
-		want []any
+		want pgx.NamedArgs
 	}{
 		{"no location", poLoadArgs{OutboxID: "o", OrganizationID: "org", OrderID: "po", ConnectionID: "c", Provider: "sandbox"},
-			[]any{[]string{"o"}, []string{"org"}, []string{"po"}, []*string{nil}, []string{"c"}, []string{"sandbox"}}},
+			pgx.NamedArgs{"outbox_ids": []string{"o"}, "organization_ids": []string{"org"}, "order_ids": []string{"po"},
+				"location_ids": []*string{nil}, "connection_ids": []string{"c"}, "providers": []string{"sandbox"}}},
 		{"location", poLoadArgs{OutboxID: "o", OrganizationID: "org", OrderID: "po", LocationID: &loc, ConnectionID: "c", Provider: "xero"},
-			[]any{[]string{"o"}, []string{"org"}, []string{"po"}, []*string{&loc}, []string{"c"}, []string{"xero"}}},
+			pgx.NamedArgs{"outbox_ids": []string{"o"}, "organization_ids": []string{"org"}, "order_ids": []string{"po"},
+				"location_ids": []*string{&loc}, "connection_ids": []string{"c"}, "providers": []string{"xero"}}},
 	}
 	for _, c := range cases {
 		if got := c.args.queryArgs(); !reflect.DeepEqual(got, c.want) {

@@ -11,6 +11,8 @@
 
 with budget as (
 /*fragment:budget*/ select 0 as room /*end:budget*/
+), halts as (
+/*fragment:halts*/ select '{}'::uuid[] as open, '{}'::uuid[] as half_open, '{}'::uuid[] as stopped /*end:halts*/
 ), listed as (
     select d.id, d.organization_id, d.integration_connection_id, d.created_at,
         d.local_entity_type, d.local_entity_id,

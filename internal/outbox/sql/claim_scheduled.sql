@@ -52,6 +52,8 @@
 
 with recursive budget as (
 /*fragment:budget*/ select 0 as room /*end:budget*/
+), halts as (
+/*fragment:halts*/ select '{}'::uuid[] as open, '{}'::uuid[] as half_open, '{}'::uuid[] as stopped /*end:halts*/
 ), scope as (
     -- The organizations the claim serves, as a range of the walk index:
     -- one (@organization_id) or all.

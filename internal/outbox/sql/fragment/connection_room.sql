@@ -1,38 +1,37 @@
 -- How many more rows of the connection p.conn (of the organization p.org) a
--- claim may lease: with the breaker on (@circuit_on), none while its circuit is open and
--- one probe, when nothing else of it is in flight, once the cooldown is over;
--- none while its provider has paused it (a 429: paused_until, internal/pace);
--- none while it is disabled or unauthorized (integration_outbox_connection_state,
--- internal/health; a refused OAuth2 grant marks it there in the transaction
--- that records the refused secret version, internal/credential); each of
--- these holds its rows without counting them as held;
--- else its in-flight limit (config_json.maxInFlight, a positive number, else
--- its provider's default in @provider_max_in_flight, a JSON object keyed by
--- provider name, else @connection_max_in_flight; none when all are unset)
--- minus its leased rows. probe says the row would be the half-open circuit's
--- probe; paused that a pause, a disable or a refused grant leaves no room; capped that the in-flight limit
--- is what leaves no room; ordered that the connection keeps per-entity order
--- (config_json.ordered is not false).
+-- claim may lease (the statement's halts: fragment/halts.sql): none while
+-- its circuit is open and one probe, when nothing else of it is in flight,
+-- once the cooldown is over; none while it is stopped (its provider paused
+-- it, or it is disabled or waiting for reauthorization); each of these
+-- holds its rows without counting them as held; else its in-flight limit
+-- (config_json.maxInFlight, a positive number, else its provider's default
+-- in @provider_max_in_flight, a JSON object keyed by provider name, else
+-- @connection_max_in_flight; none when all are unset) minus its leased
+-- rows. open says the claim reads none of its rows; probe that the row
+-- would be the half-open circuit's probe; paused that it is stopped; capped
+-- that the in-flight limit is what leaves no room; ordered that the
+-- connection keeps per-entity order (config_json.ordered is not false).
 --
--- Stand-in context: the pair p.
+-- Stand-in context: the pair p and halts.
 
+with halts as (
+    select '{}'::uuid[] as open, '{}'::uuid[] as half_open, '{}'::uuid[] as stopped
+)
 select r.*
 from (values (null::uuid, null::uuid)) as p(org, conn)
 cross join lateral (
 /*begin:connection_room*/
-    select coalesce(h.open_until > now(), false) or coalesce(pc.paused_until > now(), false)
-            or st.connection_id is not null as open,
-        h.open_until is not null as probe,
-        coalesce(pc.paused_until > now(), false) or st.connection_id is not null as paused,
-        case when pc.paused_until > now() or st.connection_id is not null then 0
-             when h.open_until > now() then 0
-             when h.open_until is not null then case when f.n = 0 then 1 else 0 end
+    select k.open or k.stopped as open, k.open or k.half_open as probe, k.stopped as paused,
+        case when k.open or k.stopped then 0
+             when k.half_open then case when f.n = 0 then 1 else 0 end
              when cap.n is null then 1000000
              else greatest(cap.n - f.n, 0) end as room,
-        not coalesce(pc.paused_until > now(), false) and st.connection_id is null
-            and h.open_until is null and cap.n is not null and f.n >= cap.n as capped,
+        not (k.open or k.stopped or k.half_open) and cap.n is not null and f.n >= cap.n as capped,
         cap.ordered
-    from (select coalesce(cc.n, cc.provider_n, nullif(@connection_max_in_flight::int, 0)) as n,
+    from (select p.conn = any(x.open) as open, p.conn = any(x.half_open) as half_open,
+              p.conn = any(x.stopped) as stopped
+          from halts x) k
+    cross join (select coalesce(cc.n, cc.provider_n, nullif(@connection_max_in_flight::int, 0)) as n,
               coalesce(cc.ordered, true) as ordered
           from (select 1) one
           left join lateral (
@@ -50,9 +49,5 @@ cross join lateral (
               and l.status = 'processing' and l.provider_status is null and l.lease_expires_at > now()
             limit coalesce(cap.n, 1)) leased
     ) f
-    left join integration_outbox_connection_health h on h.connection_id = p.conn and @circuit_on::bool
-    left join integration_outbox_connection_pace pc on pc.connection_id = p.conn
-    left join integration_outbox_connection_state st on st.connection_id = p.conn
-        and (st.disabled_at is not null or st.unauthorized_since is not null)
 /*end:connection_room*/
 ) r

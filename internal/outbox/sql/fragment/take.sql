@@ -68,7 +68,7 @@ with budget as (
     order by a.org_rank, a.organization_id <= @after_organization::uuid, a.organization_id, a.created_at
     limit (select room from budget)
 ), locked as (
-    select o.id, o.ctid, p.reclaimed, p.probe
+    select o.id, p.reclaimed, p.probe
     from picked p
     join external_integration_outbox o on o.id = p.id
     where o.attempt_count < @max_attempts
@@ -77,7 +77,6 @@ with budget as (
         or (o.status = 'processing' and o.provider_status is not null and o.next_attempt_at <= now()))
     for update of o skip locked
 ), claimed as (
-    -- The locked rows by their locked version (ctid): no second look-up.
     update external_integration_outbox o
     set status = 'processing',
         attempt_count = o.attempt_count + 1,
@@ -89,7 +88,7 @@ with budget as (
         provider_status = null,
         updated_at = now()
     from locked
-    where o.ctid = locked.ctid and o.id = locked.id
+    where o.id = locked.id
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type, o.claim_token,
         o.attempt_count, locked.reclaimed, locked.probe, o.created_at
 ), held as (
