@@ -4,7 +4,7 @@
 -- CONNECTION_FAILING_AFTER) and, after CONNECTION_DISABLE_AFTER, disabled (no
 -- call, its rows held without charging attempts) until an operator enables it
 -- again; a connection whose grant was revoked is unauthorized. The record
--- statement keeps this state (internal/outbox/sql/fragment/connection_state.sql)
+-- statement keeps this state (internal/outbox/sql/record.sql, its state_ CTEs)
 -- and writes an event into integration_outbox_events in the same statement as
 -- each change it causes; the dispatch run publishes them to EventBridge
 -- (internal/event).

@@ -3,7 +3,7 @@ package outbox
 import "time"
 
 // Health configures the connection state the record statement keeps
-// (integration_outbox_connection_state, fragment/connection_state.sql) and
+// (integration_outbox_connection_state, record.sql's state_ CTEs) and
 // the events the outbox statements write (integration_outbox_events).
 type Health struct {
 	// Events writes an event for each command failing, command

@@ -542,47 +542,73 @@ type Outcome struct {
 // recorded (an outcome whose token is no longer current is not recorded,
 // nor its attempt; nor is a repeat of a record that committed) and the
 // circuits the results changed.
+// recordRow is one outcome as record.sql reads it (@outcomes, a JSON array
+// of these rows, typed there by jsonb_to_recordset): empty values are null.
+type recordRow struct {
+	ID                string     `json:"id"`
+	OrganizationID    string     `json:"organization_id"`
+	ClaimToken        string     `json:"claim_token"`
+	Status            Status     `json:"status"`
+	ProviderReference *string    `json:"provider_reference"`
+	ProviderStatus    *string    `json:"provider_status"`
+	LastError         *string    `json:"last_error"`
+	RetrySeconds      float64    `json:"retry_seconds"`
+	ConflictType      *string    `json:"conflict_type"`
+	ConflictSummary   *string    `json:"conflict_summary"`
+	LocationID        *string    `json:"location_id"`
+	ConnectionID      *string    `json:"connection_id"`
+	StartedAt         *time.Time `json:"started_at"`
+	FinishedAt        *time.Time `json:"finished_at"`
+	ProviderCalled    bool       `json:"provider_called"`
+	HTTPStatus        *int       `json:"http_status"`
+	Circuit           *string    `json:"circuit"`
+	Uncharged         bool       `json:"uncharged"`
+}
+
+// newRecordRow is o as record.sql reads it; its times to the microsecond,
+// as PostgreSQL keeps them.
+func newRecordRow(o Outcome) recordRow {
+	r := recordRow{ID: o.OutboxID, OrganizationID: o.OrganizationID, ClaimToken: o.ClaimToken, Status: o.Status,
+		ProviderReference: pgtx.Nullable(o.ProviderReference), ProviderStatus: pgtx.Nullable(o.ProviderStatus),
+		LastError: pgtx.Nullable(o.LastError), RetrySeconds: o.RetryIn.Seconds(),
+		ConflictType: pgtx.Nullable(string(o.ConflictType)), ConflictSummary: pgtx.Nullable(o.ConflictSummary),
+		LocationID: pgtx.Nullable(o.LocationID), ConnectionID: pgtx.Nullable(o.ConnectionID),
+		ProviderCalled: o.ProviderCalled, Circuit: pgtx.Nullable(o.Circuit), Uncharged: o.Uncharged}
+	for _, t := range []struct {
+		from time.Time
+		to   **time.Time
+	}{{o.CallStartedAt, &r.StartedAt}, {o.CallFinishedAt, &r.FinishedAt}} {
+		if !t.from.IsZero() {
+			at := t.from.Truncate(time.Microsecond)
+			*t.to = &at
+		}
+	}
+	if o.HTTPStatus != 0 {
+		code := o.HTTPStatus
+		r.HTTPStatus = &code
+	}
+	return r
+}
+
 func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error) {
 	if len(outcomes) == 0 {
 		return Recorded{}, nil
 	}
 	n := len(outcomes)
-	var (
-		ids, orgs, tokens, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		refs, provStatuses, errs    = make([]*string, n), make([]*string, n), make([]*string, n)
-		retry                       = make([]float64, n)
-		ctypes, summaries, locs     = make([]*string, n), make([]*string, n), make([]*string, n)
-		conns                       = make([]*string, n)
-		callStarts, callEnds        = make([]*time.Time, n), make([]*time.Time, n)
-		called                      = make([]bool, n)
-		httpStatuses                = make([]*int32, n)
-		circuit                     = make([]*string, n)
-		uncharged                   = make([]bool, n)
-	)
+	results := make([]recordRow, n)
 	for i, o := range outcomes {
-		ids[i], orgs[i], tokens[i], statuses[i] = o.OutboxID, o.OrganizationID, o.ClaimToken, string(o.Status)
-		refs[i], provStatuses[i], errs[i] = pgtx.Nullable(o.ProviderReference), pgtx.Nullable(o.ProviderStatus), pgtx.Nullable(o.LastError)
-		retry[i] = o.RetryIn.Seconds()
-		ctypes[i], summaries[i], locs[i] = pgtx.Nullable(string(o.ConflictType)), pgtx.Nullable(o.ConflictSummary), pgtx.Nullable(o.LocationID)
-		conns[i] = pgtx.Nullable(o.ConnectionID)
-		callStarts[i], callEnds[i] = pgtx.NullableTime(o.CallStartedAt), pgtx.NullableTime(o.CallFinishedAt)
-		called[i] = o.ProviderCalled
-		if o.HTTPStatus != 0 {
-			code := int32(o.HTTPStatus)
-			httpStatuses[i] = &code
-		}
-		circuit[i] = pgtx.Nullable(o.Circuit)
-		uncharged[i] = o.Uncharged
+		results[i] = newRecordRow(o)
+	}
+	outcomesJSON, err := json.Marshal(results)
+	if err != nil {
+		return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)
 	}
 	rows, err := s.db.Query(ctx, recordSQL, pgx.NamedArgs{
-		"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "statuses": statuses,
-		"provider_references": refs, "provider_statuses": provStatuses, "last_errors": errs,
-		"retry_seconds": retry, "conflict_types": ctypes, "conflict_summaries": summaries,
-		"location_ids": locs, "connection_ids": conns, "call_started_at": callStarts,
-		"call_finished_at": callEnds, "provider_called": called, "http_statuses": httpStatuses,
-		"circuit_signals": circuit, "failure_threshold": s.circuit.FailureThreshold,
-		"cooldown_seconds": s.circuit.Cooldown.Seconds(), "uncharged": uncharged,
-		"events_on": s.health.Events, "failing_after_seconds": s.health.FailingAfter.Seconds(),
+		"outcomes":                       string(outcomesJSON),
+		"failure_threshold":              s.circuit.FailureThreshold,
+		"cooldown_seconds":               s.circuit.Cooldown.Seconds(),
+		"events_on":                      s.health.Events,
+		"failing_after_seconds":          s.health.FailingAfter.Seconds(),
 		"disable_after_seconds":          s.health.DisableAfter.Seconds(),
 		"disable_min_span_seconds":       s.health.DisableMinSpan.Seconds(),
 		"command_failing_after_attempts": s.health.CommandFailingAfterAttempts,

@@ -2,27 +2,24 @@
 -- conflict per row that reached dead_letter, and appends one attempt-history
 -- row per recorded result (a stale token records neither): the history costs
 -- no statement of its own. Its circuit CTEs feed the connections' circuit
--- breakers from the recorded results (@circuit_signals: a provider call's
+-- breakers from the recorded results (each outcome's circuit: a provider call's
 -- "success" or retryable "failure", or null; @failure_threshold:
 -- CIRCUIT_FAILURE_THRESHOLD, 0: off; @cooldown_seconds: CIRCUIT_COOLDOWN):
 -- see its circuit_ CTEs below. Its connection state CTEs keep each connection's
 -- failing period, disable it, open and resolve its conflicts and write the
 -- events of what changed (@events_on, @failing_after_seconds,
 -- @disable_after_seconds, @disable_min_span_seconds,
--- @command_failing_after_attempts): see its state_ CTEs below. Its arguments are one array per outcome field. It
--- returns the recorded ids, then one row per circuit that changed state (a
--- null id).
+-- @command_failing_after_attempts): see its state_ CTEs below. Its
+-- outcomes come as one JSON array, typed by jsonb_to_recordset (@outcomes:
+-- Store.Record's recordRow). It returns the recorded ids, then one row per
+-- circuit that changed state (a null id).
 
 with res as (
-    select * from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[],
-        @statuses::text[], @provider_references::text[], @provider_statuses::text[],
-        @last_errors::text[], @retry_seconds::float8[], @conflict_types::text[], @conflict_summaries::text[],
-        @location_ids::text[]::uuid[], @connection_ids::text[]::uuid[],
-        @call_started_at::timestamptz[], @call_finished_at::timestamptz[], @provider_called::bool[],
-        @http_statuses::int[], @uncharged::bool[])
-        as r(id, organization_id, claim_token, status, provider_reference, provider_status,
-            last_error, retry_seconds, conflict_type, conflict_summary, location_id, connection_id,
-            started_at, finished_at, provider_called, http_status, uncharged)
+    select * from jsonb_to_recordset(@outcomes::jsonb)
+        as r(id uuid, organization_id uuid, claim_token uuid, status text, provider_reference text,
+            provider_status text, last_error text, retry_seconds float8, conflict_type text, conflict_summary text,
+            location_id uuid, connection_id uuid, started_at timestamptz, finished_at timestamptz,
+            provider_called bool, http_status int, circuit text, uncharged bool)
 ), updated as (
     update external_integration_outbox o
     set status = res.status,
@@ -82,7 +79,7 @@ with res as (
         count(*) filter (where r.circuit = 'failure') as failures,
         bool_or(r.circuit = 'success') as succeeded
     from updated u
-    join unnest(@ids::text[]::uuid[], @circuit_signals::text[]) as r(id, circuit) on r.id = u.id
+    join res r on r.id = u.id
     where @failure_threshold::int > 0 and u.integration_connection_id is not null and r.circuit is not null
     group by u.organization_id, u.integration_connection_id
 ), circuit_before as (
@@ -140,7 +137,7 @@ with res as (
        or (b.open_until <= now() and a.open_until > now())
 )
 -- The connection state, independent of the circuit breaker:
--- per connection, from the recorded provider calls (@circuit_signals: a
+-- per connection, from the recorded provider calls (each outcome's circuit: a
 -- retryable failure or an answer of the provider; a permanent rejection is
 -- an answer, the command's fault, not the connection's):
 --
@@ -171,7 +168,7 @@ with res as (
         bool_or(r.circuit = 'success') as succeeded,
         (array_agg(u.last_error order by u.id) filter (where r.circuit = 'failure'))[1] as last_error
     from updated u
-    join unnest(@ids::text[]::uuid[], @circuit_signals::text[]) as r(id, circuit) on r.id = u.id
+    join res r on r.id = u.id
     where u.integration_connection_id is not null and r.circuit is not null
     group by u.organization_id, u.integration_connection_id
 ), state_before as (

@@ -5,7 +5,7 @@
 -- (queued or failed but not due, at or past @max_attempts or of another
 -- organization; processing with an expired lease: reclaimable). An older
 -- due queued or failed row of d's pair does not hold d here: the walk reads
--- the pair oldest first and brings that one before d (heads in claim.sql
+-- the pair oldest first and brings that one before d (heads in fragment/take.sql
 -- keeps the oldest of an entity's candidates), and a row the walk does not
 -- bring (a listed id, a reclaim) reads entity_no_older_queued as well. A
 -- queued row due from the start is in no index of the order at all.
