@@ -20,6 +20,9 @@ type fairClaimSize struct {
 	Shared          bool
 	Rows, Due, Orgs int
 	Samples         []time.Duration
+	// Server is the claim statement's server side over the measured
+	// claims (pg_stat_statements).
+	Server claimServer
 }
 
 func (f fairClaimSize) median() time.Duration { return median(f.Samples) }
@@ -287,6 +290,13 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 		after[i] = "00000000-0000-0000-0000-000000000000"
 	}
 	for round := range fairClaimWarmup + runs {
+		if round == fairClaimWarmup {
+			for _, conn := range conns {
+				if err := resetStatements(ctx, conn); err != nil {
+					return nil, err
+				}
+			}
+		}
 		for i, conn := range conns {
 			d, next, err := fairClaimOnce(ctx, conn, after[i])
 			if err != nil {
@@ -298,8 +308,18 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 			}
 		}
 	}
+	for i, conn := range conns {
+		var err error
+		if out[i].Server, err = readClaimServer(ctx, conn); err != nil {
+			return nil, err
+		}
+		if out[i].Server.Calls != int64(runs) {
+			return nil, fmt.Errorf("pg_stat_statements counted %d fair claims, want %d", out[i].Server.Calls, runs)
+		}
+	}
 	for _, f := range out {
-		log.Info("fair claims measured", "rows", f.Rows, "sharedEntities", f.Shared, "median", f.median())
+		log.Info("fair claims measured", "rows", f.Rows, "sharedEntities", f.Shared, "median", f.median(),
+			"serverMsPerClaimedRow", f.Server.ExecMs/claimLimit)
 	}
 	return out, nil
 }
@@ -411,7 +431,8 @@ func overloadMarkdown(runs []overloadRun, fair []fairClaimSize) string {
 		p("Each size is loaded into a fresh database; then autovacuum off on the claim's three tables, a wait (at most %s) until no other session (autovacuum worker) works in the database, then, committing synchronously (the cluster runs with `synchronous_commit=off`, and an unflushed asynchronous commit such as an `ANALYZE` keeps `VACUUM` from marking pages all-visible), `CHECKPOINT`, `VACUUM` and `ANALYZE` of each table until every page is all-visible (at most %d times, a second apart), and another `CHECKPOINT`, so the claims meet the same settled tables whatever ran in the cluster before; then the sizes take turns claim by claim: %d unmeasured claims each (one turn of the rotating start over the organizations), then the median of %d, each rolled back.\n\n",
 			quietWait, settleTries, fairClaimWarmup, len(fair[0].Samples))
 		p("Per-entity order is on (the default). The second load makes one due row in ten share its entity with another due row of its connection, so the claim passes over the newer of each pair.\n\n")
-		p("| Due rows | Rows | Median claim | Ratio to the smallest size of its load | Target |\n|---|---|---|---|---|\n")
+		p("Server time per claimed row is the claim statement's mean execution time in `pg_stat_statements` over the measured claims, over the %d rows each claims (the claim's own transaction, its lock and the rollback are not in it).\n\n", claimLimit)
+		p("| Due rows | Rows | Median claim | Server time per claimed row | Ratio to the smallest size of its load | Target |\n|---|---|---|---|---|---|\n")
 		var first time.Duration
 		for i, f := range fair {
 			if i == 0 || f.Shared != fair[i-1].Shared {
@@ -421,7 +442,8 @@ func overloadMarkdown(runs []overloadRun, fair []fairClaimSize) string {
 			if f.Shared {
 				load = "10% sharing an entity"
 			}
-			p("| %s | %s | %s | %s | ≤ 1.50× |\n", load, rows(f.Rows), ms(f.median()), x(float64(f.median())/float64(first)))
+			p("| %s | %s | %s | %.3f ms | %s | ≤ 1.50× |\n", load, rows(f.Rows), ms(f.median()), f.Server.ExecMs/claimLimit,
+				x(float64(f.median())/float64(first)))
 		}
 	}
 	if len(runs) == 0 {
