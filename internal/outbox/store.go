@@ -537,11 +537,6 @@ type Outcome struct {
 	Uncharged bool
 }
 
-// Record stores outcomes in one statement, each fenced by its claim token,
-// with one attempt-history row per recorded outcome, and returns the ids it
-// recorded (an outcome whose token is no longer current is not recorded,
-// nor its attempt; nor is a repeat of a record that committed) and the
-// circuits the results changed.
 // recordRow is one outcome as record.sql reads it (@outcomes, a JSON array
 // of these rows, typed there by jsonb_to_recordset): empty values are null.
 type recordRow struct {
@@ -574,15 +569,7 @@ func newRecordRow(o Outcome) recordRow {
 		ConflictType: pgtx.Nullable(string(o.ConflictType)), ConflictSummary: pgtx.Nullable(o.ConflictSummary),
 		LocationID: pgtx.Nullable(o.LocationID), ConnectionID: pgtx.Nullable(o.ConnectionID),
 		ProviderCalled: o.ProviderCalled, Circuit: pgtx.Nullable(o.Circuit), Uncharged: o.Uncharged}
-	for _, t := range []struct {
-		from time.Time
-		to   **time.Time
-	}{{o.CallStartedAt, &r.StartedAt}, {o.CallFinishedAt, &r.FinishedAt}} {
-		if !t.from.IsZero() {
-			at := t.from.Truncate(time.Microsecond)
-			*t.to = &at
-		}
-	}
+	r.StartedAt, r.FinishedAt = microseconds(o.CallStartedAt), microseconds(o.CallFinishedAt)
 	if o.HTTPStatus != 0 {
 		code := o.HTTPStatus
 		r.HTTPStatus = &code
@@ -590,6 +577,20 @@ func newRecordRow(o Outcome) recordRow {
 	return r
 }
 
+// microseconds is t as PostgreSQL keeps it (null when zero).
+func microseconds(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.Truncate(time.Microsecond)
+	return &t
+}
+
+// Record stores outcomes in one statement, each fenced by its claim token,
+// with one attempt-history row per recorded outcome, and returns the ids it
+// recorded (an outcome whose token is no longer current is not recorded,
+// nor its attempt; nor is a repeat of a record that committed) and the
+// circuits the results changed.
 func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error) {
 	if len(outcomes) == 0 {
 		return Recorded{}, nil
