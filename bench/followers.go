@@ -59,6 +59,16 @@ func readClaimServer(ctx context.Context, conn *pgx.Conn) (claimServer, error) {
 	return s, nil
 }
 
+// readClaims is readClaimServer, checked to have counted the runs measured
+// claims since the statements were reset.
+func readClaims(ctx context.Context, conn *pgx.Conn, runs int) (claimServer, error) {
+	s, err := readClaimServer(ctx, conn)
+	if err == nil && s.Calls != int64(runs) {
+		err = fmt.Errorf("pg_stat_statements counted %d claims, want %d", s.Calls, runs)
+	}
+	return s, err
+}
+
 // loadFollowers adds, on the connection of the smallest organization whose
 // circuit is closed (the first the claim's walk reads from the zeroed
 // rotation), one command of a purchase order in flight (processing under a
@@ -156,11 +166,8 @@ func measureFollowers(ctx context.Context, log *slog.Logger, env *benchEnv, runs
 		}
 	}
 	for i, conn := range conns {
-		if res.Server[i], err = readClaimServer(ctx, conn); err != nil {
+		if res.Server[i], err = readClaims(ctx, conn, runs); err != nil {
 			return res, err
-		}
-		if res.Server[i].Calls != int64(runs) {
-			return res, fmt.Errorf("pg_stat_statements counted %d claims, want %d", res.Server[i].Calls, runs)
 		}
 	}
 	log.Info("followers measured", "without", median(res.Without), "with", median(res.With),

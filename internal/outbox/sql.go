@@ -4,6 +4,8 @@ import (
 	"embed"
 	"regexp"
 	"strings"
+
+	"integration-outbox/internal/sqlfile"
 )
 
 // Every statement on the outbox aggregate lives in sql/, one file per
@@ -43,24 +45,10 @@ var (
 var fragmentMarker = regexp.MustCompile(`/\*fragment:([a-z_]+)\*/`)
 
 // statement returns sql/<name>.sql as it is sent: without its leading "--"
-// lines (its documentation) and its final newline, each fragment's stand-in
-// replaced by the fragment. A missing file or marker is a mistake of the
-// build, caught by any test: it panics.
-func statement(name string) string { return expand(readSQL("sql/" + name + ".sql")) }
-
-// readSQL returns the file path without its leading "--" lines and its
-// final newline.
-func readSQL(path string) string {
-	b, err := sqlFiles.ReadFile(path)
-	if err != nil {
-		panic("outbox: reading its SQL: " + err.Error())
-	}
-	text := strings.TrimSuffix(string(b), "\n")
-	for strings.HasPrefix(text, "--") {
-		_, text, _ = strings.Cut(text, "\n")
-	}
-	return text
-}
+// lines (its documentation), each fragment's stand-in replaced by the
+// fragment. A missing file or marker is a mistake of the build, caught by
+// any test: it panics.
+func statement(name string) string { return expand(sqlfile.Statement(sqlFiles, "outbox", name)) }
 
 // expand replaces each /*fragment:name*/ … /*end:name*/ of text with the
 // fragment's part (see fragment).
@@ -82,7 +70,7 @@ func expand(text string) string {
 // fragment returns the shared part of sql/fragment/name.sql: what lies
 // between its /*begin:name*/ and /*end:name*/, its own fragments expanded.
 func fragment(name string) string {
-	text := readSQL("sql/fragment/" + name + ".sql")
+	text := sqlfile.Statement(sqlFiles, "outbox", "fragment/"+name)
 	_, part, ok := strings.Cut(text, "/*begin:"+name+"*/")
 	if ok {
 		part, _, ok = strings.Cut(part, "/*end:"+name+"*/")
