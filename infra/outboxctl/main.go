@@ -5,6 +5,12 @@
 //	outboxctl show ID -org ORG
 //	outboxctl rerun [-f payload.json]      (the payload on stdin without -f)
 //	outboxctl stuck [-org ID] [-accepted-for 1h] [-overdue-for 5m] [-limit N]
+//	outboxctl check
+//
+// check is the schema check of make migrate (internal/schemacheck), for an
+// operator who changed the host's tables: it names what the host's tables
+// lack and every statement of the functions PostgreSQL refuses, and changes
+// nothing.
 //
 // rerun runs the same rerun as functions/rerun (internal/rerun), audit row
 // included; its dispatchNow needs PUSH_PURCHASE_ORDER_QUEUE_URL and the AWS
@@ -31,6 +37,7 @@ const usage = `usage:
   outboxctl show ID -org ORG
   outboxctl rerun [-f payload.json]   (reads the payload from stdin without -f)
   outboxctl stuck [-org ID] [-accepted-for 1h] [-overdue-for 5m] [-limit N]
+  outboxctl check                     (the host's tables and every statement, against the database)
 
 Environment: DATABASE_URL (or DATABASE_SECRET_ARN), MAX_ATTEMPTS, LOG_LEVEL
 (default warn); rerun's dispatchNow also needs PUSH_PURCHASE_ORDER_QUEUE_URL
@@ -79,7 +86,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return exitOK
 	}
 	commands := map[string]func(context.Context, []string) error{
-		"list": c.list, "show": c.show, "rerun": c.rerun, "stuck": c.stuck,
+		"list": c.list, "show": c.show, "rerun": c.rerun, "stuck": c.stuck, "check": c.check,
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

@@ -1,5 +1,7 @@
 package credential
 
+import "integration-outbox/internal/sqlfile"
+
 // The statements of the OAuth2 token refresh (migration 14). Each runs on
 // its own, in autocommit: no transaction stays open across a token call.
 
@@ -50,7 +52,7 @@ with marked as (
 insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
     conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, status)
 select $2, c.location_id, m.connection_id, 'connection_unauthorized', 'high',
-    'integration_connection', m.connection_id, $6,
+    'integration_connection', m.connection_id, integration_outbox_fit($6, 'external_integration_conflicts', 'summary'),
     jsonb_build_object('connectionId', m.connection_id, 'credentialReference', $3::text,
         'secretVersionId', $4::text, 'lastError', $5::text),
     'open'
@@ -83,10 +85,24 @@ with cleared as (
     returning connection_id, organization_id
 ), resolved as (
     update external_integration_conflicts x
-    set status = 'resolved', resolved_at = now(), resolution_reason = $3, updated_at = now()
+    set status = 'resolved', resolved_at = now(), resolution_reason = $3
     from cleared
     where x.integration_connection_id = cleared.connection_id and x.organization_id = cleared.organization_id
         and x.conflict_type = 'connection_unauthorized' and x.status = 'open'
     returning x.id
 )
 select (select count(*) from cleared), (select count(*) from resolved)`
+
+// Statements are every statement of the package, for the schema check
+// (internal/schemacheck).
+func Statements() []sqlfile.Named {
+	return []sqlfile.Named{
+		{Name: "credential/take_lease", SQL: takeLeaseSQL},
+		{Name: "credential/lease_held", SQL: leaseHeldSQL},
+		{Name: "credential/release_lease", SQL: releaseLeaseSQL},
+		{Name: "credential/authorization_state", SQL: authorizationStateSQL},
+		{Name: "credential/mark_unauthorized", SQL: markUnauthorizedSQL},
+		{Name: "credential/needing_reauthorization", SQL: needingReauthorizationSQL},
+		{Name: "credential/clear_unauthorized", SQL: clearUnauthorizedSQL},
+	}
+}

@@ -33,3 +33,24 @@ func Positional(sql string) string {
 	sql, _, _ = pgx.NamedArgs{}.RewriteQuery(context.Background(), nil, sql, nil) // never fails: not strict
 	return sql
 }
+
+// Named is a statement under the name the logs and the schema check give
+// it: "<package>/<file name>".
+type Named struct {
+	Name, SQL string
+}
+
+// All returns every statement of fsys's sql/*.sql (not its fragments), as
+// read by Statement, named "<owner>/<file name>".
+func All(fsys fs.FS, owner string) []Named {
+	paths, err := fs.Glob(fsys, "sql/*.sql")
+	if err != nil || len(paths) == 0 {
+		panic(owner + ": no sql/*.sql embedded")
+	}
+	out := make([]Named, len(paths))
+	for i, p := range paths {
+		name := strings.TrimSuffix(strings.TrimPrefix(p, "sql/"), ".sql")
+		out[i] = Named{Name: owner + "/" + name, SQL: Statement(fsys, owner, name)}
+	}
+	return out
+}

@@ -31,7 +31,7 @@ from (
     select o.* from external_integration_outbox o
     where (@organization_id::uuid is null or o.organization_id = @organization_id::uuid)
       and @status::text is distinct from 'queued'
-      and (@status::text is null or o.status = @status::text)
+      and (@status::text is null or o.status::text = @status::text)
       and (@connection_id::uuid is null or o.integration_connection_id = @connection_id::uuid)
 ) o
 order by o.created_at desc, o.id
