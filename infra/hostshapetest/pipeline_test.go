@@ -282,15 +282,21 @@ func (p *pipeline) enqueue(t *testing.T, order string) string {
 }
 
 // run is one dispatch run, then the queue drained through the push
-// function.
-func (p *pipeline) run(t *testing.T) {
+// function; either failing fails the test.
+func (p *pipeline) run(t *testing.T) { p.runs(t, true) }
+
+// runAllowingErrors is run where the host's tables refuse statements: the
+// dispatch may fail; the push is drained all the same.
+func (p *pipeline) runAllowingErrors(t *testing.T) { p.runs(t, false) }
+
+func (p *pipeline) runs(t *testing.T, strict bool) {
 	t.Helper()
 	ctx := context.Background()
 	d, err := p.a.Dispatcher(p.a.SQS())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Handle(ctx, json.RawMessage(`{}`)); err != nil {
+	if _, err := d.Handle(ctx, json.RawMessage(`{}`)); err != nil && strict {
 		t.Fatalf("dispatch: %v\n%s", err, p.logs.String())
 	}
 	w, err := p.a.PushWorker()
@@ -316,7 +322,7 @@ func (p *pipeline) run(t *testing.T) {
 		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		out, err := w.Handle(hctx, ev)
 		cancel()
-		if err != nil || len(out.BatchItemFailures) > 0 {
+		if err != nil || (strict && len(out.BatchItemFailures) > 0) {
 			t.Fatalf("push: %v, failures %v\n%s", err, out.BatchItemFailures, p.logs.String())
 		}
 	}

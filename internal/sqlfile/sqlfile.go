@@ -5,6 +5,7 @@ package sqlfile
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"strings"
 
@@ -53,4 +54,33 @@ func All(fsys fs.FS, owner string) []Named {
 		out[i] = Named{Name: owner + "/" + name, SQL: Statement(fsys, owner, name)}
 	}
 	return out
+}
+
+// Error is an error PostgreSQL (or the connection) returned for the
+// statement Statement, so that the logs name the statement.
+type Error struct {
+	Statement string
+	Err       error
+}
+
+func (e *Error) Error() string { return "statement " + e.Statement + ": " + e.Err.Error() }
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Wrap is err as an *Error of the statement name (nil stays nil).
+func Wrap(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Statement: name, Err: err}
+}
+
+// StatementOf is the name of the statement err came from, "" when it names
+// none.
+func StatementOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Statement
+	}
+	return ""
 }

@@ -19,7 +19,7 @@ with res as (
         as r(id uuid, organization_id uuid, claim_token uuid, status text, provider_reference text,
             provider_status text, last_error text, retry_seconds float8, conflict_type text, conflict_summary text,
             location_id uuid, connection_id uuid, started_at timestamptz, finished_at timestamptz,
-            provider_called bool, http_status int, circuit text, uncharged bool)
+            provider_called bool, http_status int, circuit text, uncharged bool, no_conflict bool, note text)
 ), updated as (
     update external_integration_outbox o
     -- The host's status may be an enum: res.status becomes its type.
@@ -49,7 +49,7 @@ with res as (
         o.attempt_count + case when res.uncharged then 1 else 0 end as attempt_count, o.started_at,
         res.conflict_type, res.conflict_summary, res.location_id, res.provider_reference, res.provider_status,
         res.last_error as attempt_error, res.started_at as call_started_at, res.finished_at,
-        res.provider_called, res.http_status
+        res.provider_called, res.http_status, res.no_conflict, res.note
 ), conflicts as (
     insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
         conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
@@ -60,14 +60,14 @@ with res as (
             'idempotencyKey', u.idempotency_key, 'lastError', u.last_error),
         u.id
     from updated u
-    where u.status = 'dead_letter'
+    where u.status = 'dead_letter' and not coalesce(u.no_conflict, false)
     on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
 ), attempts as (
     insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, finished_at,
         outcome, provider_called, http_status, error_excerpt, provider_reference, provider_status)
     select u.id, u.organization_id, u.attempt_count, coalesce(u.call_started_at, u.started_at),
         coalesce(u.finished_at, now()), u.status, coalesce(u.provider_called, false), u.http_status,
-        left(u.attempt_error, 1000), u.provider_reference, u.provider_status
+        left(concat_ws('; ', u.attempt_error, u.note), 1000), u.provider_reference, u.provider_status
     from updated u
 )
 -- The circuit breaker: per connection, a recorded success
