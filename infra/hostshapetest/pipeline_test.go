@@ -20,6 +20,7 @@ import (
 	"integration-outbox/internal/app"
 	"integration-outbox/internal/config"
 	"integration-outbox/internal/migrate"
+	"integration-outbox/internal/report"
 	"integration-outbox/internal/schemacheck"
 	"integration-outbox/internal/testenv"
 )
@@ -149,6 +150,22 @@ func TestThePipelineRunsOnEveryHostShape(t *testing.T) {
 			p.fits(t, "external_integration_conflicts", "summary", summary)
 			p.fits(t, "external_integration_outbox", "last_error",
 				p.text(t, `select last_error from external_integration_outbox where id = $1`, ids[rejected]))
+
+			// The operators' views give the absolute times, whatever the
+			// column's type and the database's TimeZone.
+			rows, _, err := p.a.Report().List(ctx, report.ListParams{OrganizationID: p.org, Status: "failed"})
+			if err != nil {
+				t.Fatalf("list: %v", err)
+			}
+			if len(rows) != 1 || rows[0].NextAttemptAt == nil {
+				t.Fatalf("list of failed rows: %+v", rows)
+			}
+			if d := time.Until(*rows[0].NextAttemptAt); d < 110*time.Second || d > 125*time.Second {
+				t.Errorf("the failed view shows the retry %s from now, want 120 s", d)
+			}
+			if d := time.Since(rows[0].CreatedAt); d < 0 || d > time.Minute {
+				t.Errorf("the failed view shows the row created %s ago", d)
+			}
 
 			// The retry, once due.
 			if _, err := p.conn.Exec(ctx, `update external_integration_outbox set next_attempt_at = now() - interval '1 second' where id = $1`, ids[retried]); err != nil {

@@ -233,3 +233,11 @@ func firstWord(s string) string {
 	w, _, _ := strings.Cut(s, " ")
 	return w
 }
+
+// KindName is what a kind accepts, in words (docs/deploy.md's table).
+func KindName(k Kind) string {
+	if k == Any {
+		return "any"
+	}
+	return kindNames[k]
+}

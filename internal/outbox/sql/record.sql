@@ -67,7 +67,7 @@ with res as (
         outcome, provider_called, http_status, error_excerpt, provider_reference, provider_status)
     select u.id, u.organization_id, u.attempt_count, coalesce(u.call_started_at, u.started_at),
         coalesce(u.finished_at, now()), u.status, coalesce(u.provider_called, false), u.http_status,
-        left(concat_ws('; ', u.attempt_error, u.note), 1000), u.provider_reference, u.provider_status
+        left(nullif(concat_ws('; ', u.attempt_error, u.note), ''), 1000), u.provider_reference, u.provider_status
     from updated u
 )
 -- The circuit breaker: per connection, a recorded success
