@@ -6,7 +6,7 @@
 // outboxctl check), the stand-in of the host schema creates exactly it
 // (migrations/standin), and docs/deploy.md's table is tested against it.
 //
-// What may vary (shared/DESIGN.md, "Fifth round"): statuses as text,
+// What may vary (the contract's fifth round): statuses as text,
 // varchar(n) or an enum type; json or jsonb; timestamps with or without time
 // zone; text columns of any varchar(n) length, what the worker writes being
 // cut to fit (integration_outbox_fit, migration 18). Ids are uuid.

@@ -11,8 +11,8 @@ import (
 
 // HostShape is a host database as an ORM or the old worker's own
 // migrations left it: the host's tables created before make migrate runs,
-// with only what the contract promises (shared/DESIGN.md, "Data" and
-// "Fifth round") and the types that may vary.
+// with only what the contract promises (docs/deploy.md, "What the worker
+// needs of the host's tables") and the types that may vary.
 type HostShape struct {
 	Name string
 	// SQL creates the host's tables (those it leaves out get the stand-in).
