@@ -8,7 +8,11 @@
 -- install step in between. Every statement of ours that writes text into a
 -- host column (last_error, provider_reference, provider_status, a
 -- conflict's summary and entity type) passes it through this function
--- (internal/hostschema declares which columns those are).
+-- (internal/hostschema declares which columns those are). Strict: a null
+-- stays null without a catalog look-up. A call costs about 11 µs (100,000
+-- calls with psql), so a recorded result pays it for its reference, its
+-- provider status or its error: the length is read at each call so that a
+-- column the host shortens later needs no step of ours.
 
 -- +goose Up
 -- A lock it cannot get within the timeout is another session's: the run
@@ -17,7 +21,7 @@ set local lock_timeout = '5s';
 
 create or replace function integration_outbox_fit(value text, tbl regclass, col name)
 returns text
-language sql stable parallel safe
+language sql stable strict parallel safe
 as $fn$
     select coalesce((
         select case when a.atttypmod > 4 and length(value) > a.atttypmod - 4
