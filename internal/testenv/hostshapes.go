@@ -24,13 +24,13 @@ type HostShape struct {
 	Refused []string
 }
 
-// hostColumns are the contract's columns of the outbox, the connections and
-// the conflicts, with the types an ORM's defaults give; each shape
-// replaces what it varies.
+// hostTypes are the types of the contract's columns of the host's tables,
+// as an ORM's defaults give them; each shape sets what it varies (empty:
+// the stand-in's type).
 type hostTypes struct {
-	id, text, status, conflictStatus, json, ts, statusDefault string
-	extraConflicts, extraOutbox, before                       string
-	conflictID, outboxID                                      string
+	text, status, conflictStatus, json, ts string
+	extraConflicts, extraOutbox, before    string
+	conflictID, outboxID                   string
 }
 
 func (h hostTypes) sql() string {
