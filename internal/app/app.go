@@ -205,7 +205,8 @@ func (a *App) Credentials() (*credential.Resolver, error) {
 		AllowUntagged: a.Config.CredentialAllowUntagged, Logger: a.Logger,
 		OAuth: credential.OAuthConfig{DB: a.Pool, Secrets: sm,
 			HTTPClient:           provider.GuardedHTTPClient(a.Config.AllowPrivateNetworks, a.Config.ProviderTimeout),
-			AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Events: a.Config.EventBusName != ""},
+			AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Events: a.Config.EventBusName != "",
+			Margin: a.Config.OAuthRefreshMargin},
 	})
 }
 

@@ -67,8 +67,9 @@ type OAuthConfig struct {
 	// Events: a connection found needing reauthorization also records its
 	// Connection Unauthorized event (EVENT_BUS_NAME is set).
 	Events bool
-	// Margin: an access token is refreshed this long before it expires
-	// (default DefaultRefreshMargin).
+	// Margin is OAUTH_REFRESH_MARGIN: an access token is refreshed at most
+	// this long before it expires, and at most a tenth of its lifetime
+	// (OAuthGrant.RefreshMargin; default DefaultRefreshMargin).
 	Margin time.Duration
 	// Lease is how long a container may hold a connection's refresh lease
 	// (default 30s): a container that dies holding it blocks the
@@ -296,6 +297,7 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection, secretID str
 		g.RefreshToken = NewSecret(tok.RefreshToken)
 	}
 	g.AccessToken = NewSecret(tok.AccessToken)
+	g.AccessTokenIssuedAt = r.now().Truncate(time.Second)
 	g.AccessTokenExpiresAt = o.expiry(tok)
 	versionID, err := o.writeBack(ctx, cur.secretID, g)
 	if err != nil {
