@@ -77,21 +77,30 @@ func (b *Busy) Error() string {
 // perMinute calls a minute and returns at that slot's time. A slot further
 // than maxWait away is not taken: Wait returns a *Busy at once. perMinute 0
 // means no limit: Wait returns at once unless the connection is paused.
+//
+// Slots are handed out ahead, so a pause (a 429 another container got) may
+// be written while a caller sleeps to its slot: after the sleep Wait looks
+// again, and when a pause now covers the slot it returns that pause's
+// *Busy instead of letting the call start inside it. The slot is then
+// spent, which only spaces the calls after the pause further apart.
 func (p *Pacer) Wait(ctx context.Context, c Connection, perMinute int, maxWait time.Duration) error {
 	slot, err := p.Reserve(ctx, c, perMinute, maxWait)
 	if err != nil {
 		return err
 	}
+	if slot.IsZero() {
+		return nil // no limit: Reserve checked the pause just now
+	}
 	if err := p.sleep(ctx, time.Until(slot)); err != nil {
 		return fmt.Errorf("waiting for a call slot of connection %s: %w", c.ID, err)
 	}
-	return nil
+	return p.checkPause(ctx, c, slot)
 }
 
 // Reserve is Wait without the wait: it takes the slot and returns its time.
 func (p *Pacer) Reserve(ctx context.Context, c Connection, perMinute int, maxWait time.Duration) (time.Time, error) {
 	if perMinute <= 0 {
-		return time.Time{}, p.checkPause(ctx, c)
+		return time.Time{}, p.checkPause(ctx, c, time.Time{})
 	}
 	interval := time.Minute / time.Duration(perMinute)
 	var (
@@ -105,7 +114,7 @@ func (p *Pacer) Reserve(ctx context.Context, c Connection, perMinute int, maxWai
 		return time.Time{}, fmt.Errorf("taking a call slot of connection %s: %w", c.ID, err)
 	}
 	if !reserved {
-		if err := p.checkPause(ctx, c); err != nil {
+		if err := p.checkPause(ctx, c, time.Time{}); err != nil {
 			return time.Time{}, err
 		}
 		return time.Time{}, &Busy{Until: slot}
@@ -113,13 +122,17 @@ func (p *Pacer) Reserve(ctx context.Context, c Connection, perMinute int, maxWai
 	return slot, nil
 }
 
-// checkPause returns a *Busy when the connection is paused.
-func (p *Pacer) checkPause(ctx context.Context, c Connection) error {
+// checkPause returns a *Busy when the connection is paused past after (the
+// zero time: paused at all).
+func (p *Pacer) checkPause(ctx context.Context, c Connection, after time.Time) error {
 	var (
 		until  time.Time
 		reason string
 	)
-	err := p.db.QueryRow(ctx, pausedUntilSQL, pgx.NamedArgs{"connection_id": c.ID}).Scan(&until, &reason)
+	if after.IsZero() {
+		after = time.Unix(0, 0)
+	}
+	err := p.db.QueryRow(ctx, pausedUntilSQL, pgx.NamedArgs{"connection_id": c.ID, "after": after}).Scan(&until, &reason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
