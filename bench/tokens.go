@@ -255,7 +255,7 @@ func tokensMarkdown(t *tokenResult) string {
 		fmt.Fprintf(&b, "| %s | %v | %v | %v | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.0f |\n", r.Credential, r.Lifetime, r.Margin,
 			r.Simulated.Round(time.Second), r.Commands, r.TokenCalls, r.Refused, r.Writes, r.perHour(r.TokenCalls), r.perHour(r.Writes), r.bound(), perMillion)
 	}
-	fmt.Fprintf(&b, "\nPer connection-hour: the counts over the run's simulated time. The calls per million commands hold at this run's rate: a container reads a static secret once per cache lifetime (`CREDENTIAL_CACHE_TTL`, 5 minutes) whatever it pushes meanwhile, and an OAuth2 connection adds, per token life, a re-read by the refreshing container and by each container that waited for it, and one write. Secrets Manager is priced per API call ($%.2f per 10,000).\n",
+	fmt.Fprintf(&b, "\nPer connection-hour: the counts over the run's simulated time. The calls per million commands hold at this run's rate: a container reads a static secret once per cache lifetime (`CREDENTIAL_CACHE_TTL`, 5 minutes) whatever it pushes meanwhile, and an OAuth2 connection adds, per token life, a re-read by the refreshing container and by each container that waited for it, and one write. The resolvers' cache (5 minutes) runs on their fast clock too, so the faster runs (5 and 30 minute lives) re-read the secret more often per command than a real fleet would: their calls per million commands are an upper bound. Secrets Manager is priced per API call ($%.2f per 10,000).\n",
 		secretsManagerCallUSD*10000)
 	return b.String()
 }

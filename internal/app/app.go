@@ -129,8 +129,8 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 		return nil, err
 	}
 	return dispatch.New(a.outboxStore(), sender, dispatch.Config{
-		Reconnections: creds,
-		Routes:        a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
+		Reconnections: creds, LimitResets: pace.NewPacer(a.Pool),
+		Routes: a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
 		MaxAttempts: a.Config.MaxAttempts, Lease: a.Config.Lease, Logger: a.Logger,
 		MaxInFlight: a.Config.DispatchMaxInFlight, ConnectionMaxInFlight: a.Config.ConnectionMaxInFlight,
 		ProviderMaxInFlight: a.Providers().MaxInFlightDefaults(),

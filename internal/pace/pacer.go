@@ -31,6 +31,8 @@ var (
 	reserveSQL     = statement("reserve")
 	pauseSQL       = statement("pause")
 	pausedUntilSQL = statement("paused_until")
+	limitUsedUpSQL = statement("limit_used_up")
+	resolveLimits  = statement("resolve_limits")
 )
 
 // statement is sql/<name>.sql without its leading comment.
@@ -151,6 +153,43 @@ func (p *Pacer) Pause(ctx context.Context, c Connection, until time.Time, reason
 		return fmt.Errorf("pausing connection %s: %w", c.ID, err)
 	}
 	return nil
+}
+
+// LimitUsedUp is Pause for a provider's daily call limit used up (Xero's
+// X-Rate-Limit-Problem: day): the connection pauses until the limit resets,
+// and one connection_limit_reached conflict (summary: what the host's back
+// office shows, e.g. "Xero's daily limit is used up until …") opens, unless
+// the connection has one open or another container opened it for this
+// pause. It returns the id of the conflict it opened, or "".
+func (p *Pacer) LimitUsedUp(ctx context.Context, c Connection, until time.Time, reason, summary string) (string, error) {
+	var (
+		conflictID *string
+		paused     bool
+	)
+	if err := p.db.QueryRow(ctx, limitUsedUpSQL, pgx.NamedArgs{
+		"connection_id": c.ID, "organization_id": c.OrganizationID, "until": until, "reason": reason, "summary": summary,
+	}).Scan(&conflictID, &paused); err != nil {
+		return "", fmt.Errorf("pausing connection %s for its daily limit: %w", c.ID, err)
+	}
+	if conflictID == nil {
+		return "", nil
+	}
+	return *conflictID, nil
+}
+
+// LimitResetReason is the resolution_reason of a connection_limit_reached
+// conflict resolved because its pause ended.
+const LimitResetReason = "The provider's daily limit has reset: the connection's commands are delivered again."
+
+// ResolveEndedLimits resolves the open connection_limit_reached conflicts
+// of connections whose pause has ended, and returns how many. The dispatch
+// function calls it once per run.
+func (p *Pacer) ResolveEndedLimits(ctx context.Context) (int64, error) {
+	var n int64
+	if err := p.db.QueryRow(ctx, resolveLimits, pgx.NamedArgs{"reason": LimitResetReason}).Scan(&n); err != nil {
+		return 0, fmt.Errorf("resolving the daily limit conflicts of connections no longer paused: %w", err)
+	}
+	return n, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -138,6 +138,11 @@ type Error struct {
 	// container calls it, and the claim takes none of its rows, until
 	// RetryAfter has passed; the attempt is not charged.
 	PauseConnection bool
+	// DailyLimit is set, with PauseConnection, when the provider's daily
+	// call limit of the connection is used up (Xero's X-Rate-Limit-Problem:
+	// day): the pause lasts until it resets (RetryAfter, up to a day), and
+	// the host is told with a connection_limit_reached conflict.
+	DailyLimit bool
 	// Message says what happened; it may quote the response body (truncated)
 	// and must never contain a secret value.
 	Message string

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"integration-outbox/internal/credential"
@@ -382,6 +383,11 @@ func (a qboAnswer) faultText() string {
 	return text
 }
 
+// quickBooksThrottleWindow is how long a throttled QuickBooks Online
+// connection pauses when the answer gives no Retry-After: its limits are
+// counted per minute (500 requests per company).
+const quickBooksThrottleWindow = time.Minute
+
 // failure classifies an answer that is not a success: a non-2xx status,
 // or a Fault in a 2xx, which is classified by its type as the status it
 // stands for would be. nil means success.
@@ -395,7 +401,14 @@ func (q *QuickBooks) failure(a answer, ans qboAnswer, cred credential.Credential
 		detail = quoteBody([]byte(detail), cred)
 	}
 	if !ok {
-		return q.c.statusError(a, detail, cred)
+		e := q.c.statusError(a, detail, cred)
+		if e.PauseConnection && e.RetryAfter == 0 {
+			// Intuit's throttling (ThrottleExceeded, 003001) counts the
+			// requests of a company per minute and sends no Retry-After:
+			// the next minute is a fresh window.
+			e.RetryAfter = quickBooksThrottleWindow
+		}
+		return e
 	}
 	as := a
 	switch t := strings.ToLower(ans.Fault.Type); {

@@ -1,12 +1,14 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"integration-outbox/internal/credential"
 )
@@ -236,6 +238,10 @@ type xeroAnswer struct {
 	Detail string
 }
 
+// xeroDayLimitPause caps the pause after Xero's daily limit: the
+// Retry-After of a "day" problem names the limit's reset, up to a day off.
+const xeroDayLimitPause = 24 * time.Hour
+
 // interpret maps Xero's answer to a Result or an *Error.
 func (x *Xero) interpret(a answer, cred credential.Credential) (Result, error) {
 	var ans xeroAnswer
@@ -287,8 +293,21 @@ func (x *Xero) interpret(a answer, cred credential.Credential) (Result, error) {
 	}
 	e := x.c.statusError(a, detail, cred)
 	if a.status == http.StatusTooManyRequests {
-		if problem := a.header.Get("X-Rate-Limit-Problem"); problem != "" {
+		problem := strings.TrimSpace(a.header.Get("X-Rate-Limit-Problem"))
+		remaining := strings.TrimSpace(a.header.Get("X-DayLimit-Remaining"))
+		if problem != "" {
 			e.Message += " (rate limit: " + quoteBody([]byte(problem), cred) + ")"
+		}
+		if strings.EqualFold(problem, "day") || problem == "" && remaining == "0" {
+			// The tenant's 5,000 calls of the day are spent: wait for the
+			// reset Xero names, however far, instead of knocking every hour.
+			e.DailyLimit = true
+			e.RetryAfter = parseRetryAfterUpTo(a.header.Get("Retry-After"), x.c.cfg.Clock(), xeroDayLimitPause)
+			if e.RetryAfter == 0 {
+				e.RetryAfter = time.Hour
+			}
+			e.Message = "xero's daily call limit of the tenant is used up (X-DayLimit-Remaining: " +
+				quoteBody([]byte(cmp.Or(remaining, "not given")), cred) + "): " + e.Message
 		}
 	}
 	return Result{}, e

@@ -3,6 +3,7 @@ package push_test
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -246,5 +247,84 @@ func TestNoCallStartsInsideA429PauseAcrossFourContainers(t *testing.T) {
 	}
 	if completed != 2 || back != 6 {
 		t.Errorf("%d rows delivered and %d given back for the pause's end, want 2 and 6", completed, back)
+	}
+}
+
+// Xero's daily limit used up (a 429 with X-Rate-Limit-Problem: day) pauses
+// the connection until the limit resets, however far off, for the fleet:
+// two containers answered at once open one connection_limit_reached
+// conflict saying until when, the rows go back uncharged, due then, and no
+// claim takes them meanwhile. Once the pause has ended, the dispatch run's
+// ResolveEndedLimits resolves the conflict.
+func TestADailyLimitPausesTheConnectionUntilItResetsWithOneConflict(t *testing.T) {
+	t.Parallel()
+	p := &limitedProvider{limits: provider.Limits{MaxInFlight: 10, CallsPerMinute: 6000}, answer: func() (provider.Result, error) {
+		return provider.Result{}, &provider.Error{Kind: provider.Retryable, StatusCode: 429, RetryAfter: 14 * time.Hour,
+			PauseConnection: true, DailyLimit: true,
+			Message: "xero's daily call limit of the tenant is used up (X-DayLimit-Remaining: 0): xero answered 429 (rate limit: day)"}
+	}}
+	b, workers := limitedWorkers(t, p, 2, 5*time.Second)
+	conn, ids := b.limitedCommands(t, 4)
+	ev := b.claim(t, 4)
+	if len(ev.Records) != 4 {
+		t.Fatalf("claimed %d rows, want 4", len(ev.Records))
+	}
+	var wg sync.WaitGroup
+	for i, w := range workers {
+		part := events.SQSEvent{Records: ev.Records[2*i : 2*i+2]}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := w.Handle(context.Background(), part); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		r := b.f.Row(t, id)
+		if r.Status != "failed" || r.AttemptCount != 0 || r.RetryInSeconds == nil || *r.RetryInSeconds < 13*3600 {
+			t.Errorf("row %s is %s at attempt %d, due in %v s; want failed, uncharged, due in about 14 h", id, r.Status, r.AttemptCount, r.RetryInSeconds)
+		}
+	}
+	ctx := context.Background()
+	type conflict struct{ status, severity, summary, entity string }
+	read := func() []conflict {
+		rows, err := b.f.Pool.Query(ctx, `select status::text, severity::text, summary, local_entity_type::text
+			from external_integration_conflicts where integration_connection_id = $1 and conflict_type = 'connection_limit_reached'`, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []conflict
+		for rows.Next() {
+			var c conflict
+			if err := rows.Scan(&c.status, &c.severity, &c.summary, &c.entity); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, c)
+		}
+		return out
+	}
+	got := read()
+	if len(got) != 1 || got[0].status != "open" || got[0].entity != "integration_connection" ||
+		!strings.Contains(got[0].summary, "limited's daily limit is used up until ") {
+		t.Fatalf("conflicts = %+v, want one open connection_limit_reached saying until when", got)
+	}
+	if ev := b.claim(t, 10); len(ev.Records) != 0 {
+		t.Fatalf("claimed %d rows of a connection whose daily limit is used up", len(ev.Records))
+	}
+	pacer := pace.NewPacer(b.f.Pool)
+	if n, err := pacer.ResolveEndedLimits(ctx); err != nil || n != 0 {
+		t.Fatalf("resolved %d during the pause (%v), want 0", n, err)
+	}
+	if _, err := b.f.Pool.Exec(ctx, `update integration_outbox_connection_pace set paused_until = now() - interval '1 second'
+		where connection_id = $1`, conn); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := pacer.ResolveEndedLimits(ctx); err != nil || n != 1 {
+		t.Fatalf("resolved %d after the pause (%v), want 1", n, err)
+	}
+	if got := read(); len(got) != 1 || got[0].status != "resolved" {
+		t.Errorf("conflicts after the reset = %+v, want the one resolved", got)
 	}
 }

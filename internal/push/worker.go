@@ -58,6 +58,7 @@ const ReauthorizationRecheck = time.Minute
 type Pacer interface {
 	Wait(ctx context.Context, c pace.Connection, perMinute int, maxWait time.Duration) error
 	Pause(ctx context.Context, c pace.Connection, until time.Time, reason string) error
+	LimitUsedUp(ctx context.Context, c pace.Connection, until time.Time, reason, summary string) (conflictID string, err error)
 }
 
 // Command is what one command type brings to the worker.
@@ -562,13 +563,32 @@ func (w *Worker) pause(ctx context.Context, log jobLogger, conn provider.Connect
 	wait := cmp.Or(perr.RetryAfter, DefaultPause)
 	if w.cfg.Pacer != nil {
 		c := pace.Connection{ID: conn.ID, OrganizationID: conn.OrganizationID}
-		if pauseErr := w.cfg.Pacer.Pause(ctx, c, time.Now().Add(wait), perr.Message); pauseErr != nil {
+		until := time.Now().Add(wait)
+		var pauseErr error
+		if perr.DailyLimit {
+			var conflictID string
+			conflictID, pauseErr = w.cfg.Pacer.LimitUsedUp(ctx, c, until, perr.Message, dailyLimitSummary(conn.Provider, until))
+			if conflictID != "" {
+				log.logAttrs(ctx, slog.LevelWarn, "the provider's daily limit of the connection is used up: it is paused until the limit resets",
+					slog.Time("until", until), slog.String("conflictId", conflictID))
+			}
+		} else {
+			pauseErr = w.cfg.Pacer.Pause(ctx, c, until, perr.Message)
+		}
+		if pauseErr != nil {
 			log.logAttrs(ctx, slog.LevelWarn, "could not pause the connection; its other rows may call the provider before the pause ends",
 				slog.String("error", pauseErr.Error()))
 		}
 	}
 	log.logAttrs(ctx, slog.LevelInfo, "the provider paused the connection", slog.Duration("for", wait))
 	return uncharged(err.Error(), wait)
+}
+
+// dailyLimitSummary is the connection_limit_reached conflict's summary.
+func dailyLimitSummary(providerName string, until time.Time) string {
+	name := map[string]string{"xero": "Xero", "quickbooks": "QuickBooks Online"}[providerName]
+	return fmt.Sprintf("%s's daily limit is used up until %s: the connection's commands wait, no attempt used, and go on by themselves then.",
+		cmp.Or(name, providerName), until.UTC().Format("2006-01-02 15:04 MST"))
 }
 
 // errNoTimeLeft is a provider call that was not made: the invocation had no
