@@ -88,6 +88,16 @@ type PurchaseOrderPusher interface {
 	PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error)
 }
 
+// PurchaseOrderChecker is a PurchaseOrderPusher that can tell, without
+// calling anyone, that PushPurchaseOrder would refuse the push before any
+// call (bad config_json, a payload it can never send, no access token):
+// the push worker asks it before it takes a call slot of the connection,
+// so a refused command uses none. A nil error says nothing more than that
+// the call would be made.
+type PurchaseOrderChecker interface {
+	CheckPurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) error
+}
+
 // ErrorKind classifies a provider failure where it is born.
 type ErrorKind int
 

@@ -216,24 +216,38 @@ func quickBooksBody(cfg QuickBooksConnectionConfig, cmd PurchaseOrderPush, doc *
 	return body, nil
 }
 
+// prepare is what PushPurchaseOrder settles before any call: the
+// connection's config, the request body and the Authorization header.
+func (q *QuickBooks) prepare(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (QuickBooksConnectionConfig, []byte, string, error) {
+	cfg, err := ParseQuickBooksConfig(conn.Config, q.c.cfg.AllowPrivateNetworks)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	if cmd.IdempotencyKey == "" {
+		return cfg, nil, "", payloadError("idempotency_key: missing or empty")
+	}
+	body, err := quickBooksBody(cfg, cmd, cmd.Document)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	auth, err := bearer(NameQuickBooks, cred)
+	return cfg, body, auth, err
+}
+
+// CheckPurchaseOrder returns the error PushPurchaseOrder would return
+// before any call (provider.PurchaseOrderChecker).
+func (q *QuickBooks) CheckPurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) error {
+	_, _, _, err := q.prepare(conn, cred, cmd)
+	return err
+}
+
 // PushPurchaseOrder creates the order in QuickBooks Online, or updates the
 // purchase order an earlier push created (cmd.Document) with a sparse
 // update. When that update finds the SyncToken stale (error 5010), it reads
 // the purchase order's current SyncToken once and tries once more. Every
 // failure is an *Error whose text never contains a value of cred.
 func (q *QuickBooks) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
-	cfg, err := ParseQuickBooksConfig(conn.Config, q.c.cfg.AllowPrivateNetworks)
-	if err != nil {
-		return Result{}, err
-	}
-	if cmd.IdempotencyKey == "" {
-		return Result{}, payloadError("idempotency_key: missing or empty")
-	}
-	body, err := quickBooksBody(cfg, cmd, cmd.Document)
-	if err != nil {
-		return Result{}, err
-	}
-	auth, err := bearer(NameQuickBooks, cred)
+	cfg, body, auth, err := q.prepare(conn, cred, cmd)
 	if err != nil {
 		return Result{}, err
 	}

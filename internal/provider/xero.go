@@ -174,22 +174,36 @@ func xeroBody(cfg XeroConnectionConfig, cmd PurchaseOrderPush) ([]byte, error) {
 	return body, nil
 }
 
+// prepare is what PushPurchaseOrder settles before any call: the
+// connection's config, the request body and the Authorization header.
+func (x *Xero) prepare(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (XeroConnectionConfig, []byte, string, error) {
+	cfg, err := ParseXeroConfig(conn.Config, x.c.cfg.AllowPrivateNetworks)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	if cmd.IdempotencyKey == "" {
+		return cfg, nil, "", payloadError("idempotency_key: missing or empty")
+	}
+	body, err := xeroBody(cfg, cmd)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	auth, err := bearer(NameXero, cred)
+	return cfg, body, auth, err
+}
+
+// CheckPurchaseOrder returns the error PushPurchaseOrder would return
+// before any call (provider.PurchaseOrderChecker).
+func (x *Xero) CheckPurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) error {
+	_, _, _, err := x.prepare(conn, cred, cmd)
+	return err
+}
+
 // PushPurchaseOrder creates the order in Xero, or updates the purchase
 // order an earlier push created (cmd.Document). Every failure is an *Error
 // whose text never contains a value of cred.
 func (x *Xero) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
-	cfg, err := ParseXeroConfig(conn.Config, x.c.cfg.AllowPrivateNetworks)
-	if err != nil {
-		return Result{}, err
-	}
-	if cmd.IdempotencyKey == "" {
-		return Result{}, payloadError("idempotency_key: missing or empty")
-	}
-	body, err := xeroBody(cfg, cmd)
-	if err != nil {
-		return Result{}, err
-	}
-	auth, err := bearer(NameXero, cred)
+	cfg, body, auth, err := x.prepare(conn, cred, cmd)
 	if err != nil {
 		return Result{}, err
 	}

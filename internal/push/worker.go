@@ -83,6 +83,11 @@ type Delivery struct {
 	// Send calls p (a provider the command Supports) with the job's
 	// request. Every failure should be a *provider.Error.
 	Send func(ctx context.Context, p provider.Provider, conn provider.Connection, cred credential.Credential) (provider.Result, error)
+	// Check, when set, returns the error Send would return before any
+	// call (provider.PurchaseOrderChecker): the worker asks it before it
+	// takes a call slot of the connection, so that a job refused without a
+	// call uses none.
+	Check func(p provider.Provider, conn provider.Connection, cred credential.Credential) error
 	// Refusal, when set, ends the job in dead_letter with no provider call:
 	// its entity is missing, or its payload can never be sent.
 	Refusal *Refusal
@@ -473,6 +478,11 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 					return heldForReauthorization(err), nil
 				}
 				return w.retryable(job, err.Error(), 0), nil
+			}
+		}
+		if ld.Check != nil {
+			if err := ld.Check(p, pconn, cred); err != nil {
+				return w.outcome(job, provider.Result{}, err), cred.Values()
 			}
 		}
 		if err := w.pace(ctx, p, pconn); err != nil {
