@@ -224,7 +224,17 @@ func (a *App) PushWorker() (*push.Worker, error) {
 // credential resolver (the benchmarks count its lookups).
 func (a *App) PushWorkerWith(creds push.Credentials) (*push.Worker, error) {
 	store := a.outboxStore()
+	var events push.EventPublisher
+	if a.Config.EventBusName != "" {
+		p, err := event.NewPublisher(a.Pool, eventbridge.NewFromConfig(a.AWS), event.Config{
+			BusName: a.Config.EventBusName, Logger: a.Logger})
+		if err != nil {
+			return nil, err
+		}
+		events = p
+	}
 	return push.New(store, creds, purchaseorder.NewCommand(a.Pool), push.Config{
+		Events:    events,
 		Providers: a.Providers(), Concurrency: a.Config.PushConcurrency, MaxAttempts: a.Config.MaxAttempts,
 		ProviderTimeout: a.Config.ProviderTimeout, Logger: a.Logger,
 		Metrics: metrics.NewEmitter(a.Out, "push-purchase-order"),

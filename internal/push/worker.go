@@ -20,6 +20,7 @@ import (
 	"integration-outbox/internal/backoff"
 	"integration-outbox/internal/config"
 	"integration-outbox/internal/credential"
+	"integration-outbox/internal/event"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/metrics"
@@ -104,6 +105,12 @@ func Refuse(conflict outbox.ConflictType, reason string) Delivery {
 	return Delivery{Refusal: &Refusal{Conflict: conflict, Reason: reason}}
 }
 
+// EventPublisher publishes the events the outbox statements recorded (an
+// *event.Publisher).
+type EventPublisher interface {
+	PublishPending(ctx context.Context) (event.Published, error)
+}
+
 // Config configures a Worker.
 type Config struct {
 	Providers       provider.Registry
@@ -119,6 +126,11 @@ type Config struct {
 	// RetryDelay, when set, replaces backoff.Delay (the overload scenarios
 	// scale time down with it).
 	RetryDelay func(attempts int, retryAfter time.Duration, jitter float64) time.Duration
+	// Events, when set (EVENT_BUS_NAME), publishes right after the record
+	// the events it may have written (a command failing or dead-lettered,
+	// a connection failing, disabled or unauthorized), so the host hears of
+	// them in seconds; the dispatch run publishes whatever this missed.
+	Events EventPublisher
 	// Metrics receives EMF lines per batch (nil: none).
 	Metrics *metrics.Emitter
 	// Pacer paces the calls of providers with limits (provider.Limited)
@@ -255,6 +267,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		return resp, nil
 	}
 	stats.add(results, recorded)
+	w.publishEvents(ctx, log, results)
 	for _, r := range results {
 		if o := r.outcome; !recorded[o.OutboxID] {
 			log.WarnContext(ctx, "result not recorded: the claim is no longer current",
@@ -593,6 +606,44 @@ func (w *Worker) pause(ctx context.Context, log jobLogger, conn provider.Connect
 	log.logAttrs(ctx, slog.LevelInfo, "the provider paused the connection", slog.Duration("for", wait))
 	return uncharged(err.Error(), wait)
 }
+
+// publishEvents publishes the pending events when the batch's record may
+// have written some: any result other than a delivery (a retry, a
+// dead letter, a held row). A batch of deliveries only writes Connection
+// Recovered after a failing period, which the next dispatch run publishes.
+// At least once: an event published here and not marked is sent again.
+func (w *Worker) publishEvents(ctx context.Context, log *slog.Logger, results []jobResult) {
+	if w.cfg.Events == nil {
+		return
+	}
+	wrote := false
+	for _, r := range results {
+		switch r.outcome.Status {
+		case outbox.StatusFailed, outbox.StatusDeadLetter:
+			wrote = true
+		}
+	}
+	if !wrote {
+		return
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eventPublishTimeout)
+	if dl, ok := ctx.Deadline(); ok {
+		cancel()
+		pctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
+	}
+	defer cancel()
+	p, err := w.cfg.Events.PublishPending(pctx)
+	if err != nil {
+		log.WarnContext(ctx, "publishing events failed; the next dispatch run sends them", "published", p.Sent, "error", err.Error())
+		return
+	}
+	if p.Sent > 0 {
+		log.InfoContext(ctx, "events published", "count", p.Sent)
+	}
+}
+
+// eventPublishTimeout bounds the publish after a batch without a deadline.
+const eventPublishTimeout = 5 * time.Second
 
 // dailyLimitSummary is the connection_limit_reached conflict's summary.
 func dailyLimitSummary(providerName string, until time.Time) string {
