@@ -2,6 +2,8 @@ package credential
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -187,6 +189,30 @@ func TestTokenURL(t *testing.T) {
 		}
 		if err != nil || got != tt.want {
 			t.Errorf("%s: = %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+	}
+}
+
+// The connection_unauthorized conflict has one owner, internal/health: it
+// opens it (health.MarkUnauthorized), keeps its id and resolves it
+// (health.Reauthorized, or the first call that goes through). This package
+// asks it and writes no conflict of its own.
+func TestTheUnauthorizedConflictIsHealthsAlone(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "external_integration_conflicts") {
+			t.Errorf("%s reads or writes external_integration_conflicts: the connection's conflict is internal/health's", name)
 		}
 	}
 }
