@@ -115,6 +115,10 @@ type oauthSecretJSON struct {
 	AccessTokenIssuedAt  string `json:"accessTokenIssuedAt,omitempty"`
 }
 
+// SecretJSON encodes g as the connection's secret (the shape the push
+// function reads and writes back): what outboxctl connect writes.
+func (g OAuthGrant) SecretJSON() string { return g.secretString() }
+
 // secretString encodes g as the secret JSON the back office writes.
 func (g OAuthGrant) secretString() string {
 	s := oauthSecretJSON{ClientID: g.ClientID, ClientSecret: g.ClientSecret.value,
