@@ -586,3 +586,31 @@ func TestNeedsReauthorizationAfterACallRefusesTheGrant(t *testing.T) {
 		t.Errorf("NeedsReauthorization of a static token = %v, %v; want nothing recorded", recorded, err)
 	}
 }
+
+// TestAShortTokenWrittenWithoutItsIssueTimeIsNotRefreshedAtOnce: a secret
+// the host wrote itself, without accessTokenIssuedAt, holding a token that
+// lives 20 s from the write: the secret version's creation stands in for
+// its issue, so its margin is 2 s and it is used, not refreshed on every
+// resolve as a fixed 2-minute margin would.
+func TestAShortTokenWrittenWithoutItsIssueTimeIsNotRefreshedAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setupOAuth(t, newAuthServer(t, time.Hour))
+	g, _ := f.storedGrant(t)
+	g.AccessTokenIssuedAt = time.Time{}
+	g.AccessTokenExpiresAt = time.Now().Add(20 * time.Second).Truncate(time.Second)
+	if _, err := f.sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
+		SecretId: aws.String(f.arn), SecretString: aws.String(g.secretString())}); err != nil {
+		t.Fatal(err)
+	}
+	r := f.container(t, nil, OAuthConfig{})
+	for range 5 {
+		cred, err := r.ResolveConnection(ctx, f.conn)
+		if err != nil || cred.Token.Reveal() != g.AccessToken.Reveal() {
+			t.Fatalf("resolve = %v: want the stored token, 20 s from its expiry", err)
+		}
+	}
+	if n := f.server.refreshCount(); n != 0 {
+		t.Errorf("%d token calls for a token 20 s from its expiry, want none (its margin is a tenth of its life)", n)
+	}
+}
