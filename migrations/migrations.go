@@ -6,6 +6,8 @@ import (
 	"embed"
 
 	"github.com/pressly/goose/v3"
+
+	"integration-outbox/internal/hostschema"
 )
 
 // FS holds the *.sql migrations, applied in order by internal/migrate. They
@@ -19,9 +21,8 @@ var FS embed.FS
 // by applying its one definition (Enqueue).
 var Go = []*goose.Migration{migration2, migration6, migration9, migration12}
 
-// HostStandIn creates the host application's tables wherever they are missing
-// (create table if not exists). internal/migrate applies it before FS and no
-// down step ever reverts it: the tables and their rows are the host's.
-//
-//go:embed standin/host_schema.sql
-var HostStandIn string
+// HostStandIn creates the host application's tables wherever they are
+// missing, with exactly the columns internal/hostschema declares.
+// internal/migrate applies it before FS and no down step ever reverts it:
+// the tables and their rows are the host's.
+var HostStandIn = hostschema.StandInSQL()

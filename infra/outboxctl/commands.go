@@ -16,6 +16,7 @@ import (
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/report"
 	"integration-outbox/internal/rerun"
+	"integration-outbox/internal/schemacheck"
 )
 
 // maxListLimit bounds -limit.
@@ -212,5 +213,44 @@ func (c *cli) stuck(ctx context.Context, args []string) error {
 		return err
 	}
 	printStuck(c.stdout, s, *accepted, *overdue)
+	return nil
+}
+
+// check runs the schema check: the host's tables against what the worker
+// needs, every statement of the functions prepared and planned, all rolled
+// back. It prints each problem and fails when there is one.
+func (c *cli) check(ctx context.Context, args []string) error {
+	fs := c.flags("check")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q", pos[0])
+	}
+	a, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	conn, err := a.Pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("connecting: %w", err)
+	}
+	defer conn.Release()
+	r, err := schemacheck.Run(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
+	for _, p := range r.Tables {
+		fmt.Fprintf(c.stdout, "table  %s\n", p)
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(c.stdout, "statement  %s\n", f)
+	}
+	if n := len(r.Tables) + len(r.Failures); n > 0 {
+		return fmt.Errorf("%d problem(s) found; nothing was changed", n)
+	}
+	fmt.Fprintf(c.stdout, "ok: the host's tables have what the worker needs, and all %d statements prepare\n", r.Checked)
 	return nil
 }

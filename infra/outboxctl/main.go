@@ -5,7 +5,13 @@
 //	outboxctl show ID -org ORG
 //	outboxctl rerun [-f payload.json]      (the payload on stdin without -f)
 //	outboxctl stuck [-org ID] [-accepted-for 1h] [-overdue-for 5m] [-limit N]
+//	outboxctl check
 //	outboxctl connect xero|quickbooks -org ID [-client-id ID] [-insert] ...
+//
+// check is the schema check of make migrate (internal/schemacheck), for an
+// operator who changed the host's tables: it names what the host's tables
+// lack and every statement of the functions PostgreSQL refuses, and changes
+// nothing.
 //
 // rerun runs the same rerun as functions/rerun (internal/rerun), audit row
 // included; its dispatchNow needs PUSH_PURCHASE_ORDER_QUEUE_URL and the AWS
@@ -32,6 +38,7 @@ const usage = `usage:
   outboxctl show ID -org ORG
   outboxctl rerun [-f payload.json]   (reads the payload from stdin without -f)
   outboxctl stuck [-org ID] [-accepted-for 1h] [-overdue-for 5m] [-limit N]
+  outboxctl check                     (the host's tables and every statement, against the database)
   outboxctl connect xero|quickbooks -org ID [-client-id ID] [-redirect-uri URL]
       [-location ID] [-connection ID] [-tenant-id ID] [-insert] ...
       (the OAuth2 consent flow; the app's secret in OAUTH_CLIENT_SECRET;
@@ -86,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return exitOK
 	}
 	commands := map[string]func(context.Context, []string) error{
-		"list": c.list, "show": c.show, "rerun": c.rerun, "stuck": c.stuck, "connect": c.connect,
+		"list": c.list, "show": c.show, "rerun": c.rerun, "stuck": c.stuck, "check": c.check, "connect": c.connect,
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

@@ -313,3 +313,32 @@ func TestShowListsTheAttempts(t *testing.T) {
 		t.Errorf("attempts are not oldest first:\n%s", r.stdout)
 	}
 }
+
+// check: ok on a freshly installed database; after the host drops a column
+// the worker reads, it names the column and the statements it breaks,
+// exits 1, and changes nothing.
+func TestCheck(t *testing.T) {
+	x := setup(t)
+	r := x.run(t, "", "check")
+	if r.code != exitOK || !strings.Contains(r.stdout, "ok: the host's tables have what the worker needs") {
+		t.Fatalf("check on a fresh install: code %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := x.f.Pool.Exec(context.Background(), `alter table external_integration_outbox rename column last_error to error_text`); err != nil {
+		t.Fatal(err)
+	}
+	r = x.run(t, "", "check")
+	if r.code != exitError {
+		t.Errorf("check with a column gone: code %d, want %d", r.code, exitError)
+	}
+	for _, want := range []string{"table  external_integration_outbox.last_error: missing",
+		"statement  outbox/record: ", `column "last_error"`, "nothing was changed"} {
+		if !strings.Contains(r.stdout+r.stderr, want) {
+			t.Errorf("check does not say %q:\n%s%s", want, r.stdout, r.stderr)
+		}
+	}
+	var n int
+	if err := x.f.Pool.QueryRow(context.Background(), `select count(*) from information_schema.columns
+		where table_name = 'external_integration_outbox' and column_name = 'error_text'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("check changed the table: %d, %v", n, err)
+	}
+}

@@ -1,5 +1,7 @@
 package credential
 
+import "integration-outbox/internal/sqlfile"
+
 // The statements of the OAuth2 token refresh (migration 14). Each runs on
 // its own, in autocommit: no transaction stays open across a token call.
 
@@ -63,3 +65,17 @@ set needs_reauthorization_since = null, last_error = null, secret_version_id = $
 where connection_id = $1 and needs_reauthorization_since is not null
     and secret_version_id is distinct from $2
 returning organization_id::text`
+
+// Statements are every statement of the package, for the schema check
+// (internal/schemacheck).
+func Statements() []sqlfile.Named {
+	return []sqlfile.Named{
+		{Name: "credential/take_lease", SQL: takeLeaseSQL},
+		{Name: "credential/lease_held", SQL: leaseHeldSQL},
+		{Name: "credential/release_lease", SQL: releaseLeaseSQL},
+		{Name: "credential/authorization_state", SQL: authorizationStateSQL},
+		{Name: "credential/mark_unauthorized", SQL: markUnauthorizedSQL},
+		{Name: "credential/needing_reauthorization", SQL: needingReauthorizationSQL},
+		{Name: "credential/clear_unauthorized", SQL: clearUnauthorizedSQL},
+	}
+}

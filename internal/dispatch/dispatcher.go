@@ -22,10 +22,12 @@ import (
 	"integration-outbox/internal/config"
 	"integration-outbox/internal/event"
 	"integration-outbox/internal/health"
+	"integration-outbox/internal/hostschema"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/sqlfile"
 )
 
 // Store is what the dispatcher needs of the outbox.
@@ -160,13 +162,18 @@ func (d *Dispatcher) Handle(ctx context.Context, raw json.RawMessage) (Summary, 
 // DISPATCH_MAX_PER_RUN) is reached or the time budget runs out, and sends one
 // message per claimed command. A row whose message could not be sent is put
 // back at once; the run then stops.
-func (d *Dispatcher) Run(ctx context.Context, req Request) (Summary, error) {
+func (d *Dispatcher) Run(ctx context.Context, req Request) (s Summary, err error) {
 	log := logging.ForRequest(ctx, d.cfg.Logger)
-	var (
-		s   Summary
-		run = runStats{}
-	)
+	run := runStats{}
 	defer func() {
+		if hostschema.IsSchemaError(err) {
+			// The same statement fails the same way at every run until the
+			// tables change: say which, and count it (its alarm).
+			run.schemaErrors++
+			log.ErrorContext(ctx, "a statement failed for a reason of the tables' shape (the host's tables changed?): run outboxctl check; "+
+				"no row is lost: each waits where it is until the tables are fixed",
+				"statement", sqlfile.StatementOf(err), "error", err.Error())
+		}
 		d.publish(ctx, log, &run)
 		d.emit(s, run)
 	}()
@@ -307,6 +314,7 @@ type runStats struct {
 	waits        int // waits for room under an in-flight cap
 	entityWaits  int // waits for a row this run sent, with commands of its entity behind it
 	noConnection int // rows without a connection, ended as configuration_invalid
+	schemaErrors int // statements the tables' shape refused (SchemaErrors)
 	// Events published and refused (left for the next run).
 	eventsPublished, eventsFailed int
 	// connections counts the connections by state (nil: not counted).
@@ -319,7 +327,7 @@ func (d *Dispatcher) emit(s Summary, run runStats) {
 		metrics.Counter("Released", s.Released), metrics.Counter("Unsupported", s.Unsupported),
 		metrics.Counter("LeasesReclaimed", run.reclaimed), metrics.Counter("DeadLettered", run.deadLettered),
 		metrics.Counter("CircuitProbes", run.probes), metrics.Counter("InFlightCapWaits", run.waits),
-		metrics.Counter("NoConnection", run.noConnection),
+		metrics.Counter("NoConnection", run.noConnection), metrics.Counter("SchemaErrors", run.schemaErrors),
 	}
 	if d.cfg.Events != nil {
 		values = append(values, metrics.Counter("EventsPublished", run.eventsPublished),

@@ -228,3 +228,7 @@ func (p *Publisher) mark(ctx context.Context, sent []string, failed map[string]s
 	}
 	return nil
 }
+
+// Statements are every statement of the package, for the schema check
+// (internal/schemacheck).
+func Statements() []sqlfile.Named { return sqlfile.All(sqlFiles, "event") }

@@ -197,3 +197,7 @@ func List(ctx context.Context, db Querier, organizationID string, limit int) ([]
 	}
 	return cs, nil
 }
+
+// Statements are every statement of the package, for the schema check
+// (internal/schemacheck).
+func Statements() []sqlfile.Named { return sqlfile.All(sqlFiles, "health") }

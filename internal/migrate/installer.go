@@ -322,6 +322,17 @@ func (in *Installer) installColumn(ctx context.Context, version int64, c Column)
 }
 
 func (in *Installer) installConstraint(ctx context.Context, version int64, c Constraint) error {
+	if c.Name == statusCheck {
+		// An enum type already limits the values: the check would only
+		// repeat it, and refuse a value the host adds to its type later.
+		enum, err := in.statusIsEnum(ctx)
+		if err != nil {
+			return err
+		}
+		if enum {
+			return nil
+		}
+	}
 	var exists, valid, owned bool
 	err := in.conn.QueryRow(ctx, `
 		select count(k.oid) > 0, coalesce(bool_and(k.convalidated), false),

@@ -235,6 +235,9 @@ func run(ctx context.Context, databaseURL string, cfg Config, up bool, fn func(s
 		if err := installer.preflight(ctx); err != nil {
 			return fmt.Errorf("before migrating: %w", err)
 		}
+		if err := installer.addEnumValues(ctx); err != nil {
+			return err
+		}
 		if err := createHostStandIn(ctx, db); err != nil {
 			return err
 		}

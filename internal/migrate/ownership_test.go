@@ -39,14 +39,14 @@ create table purchase_order_lines (
     ordered_quantity numeric, purchase_unit_code text, normalized_unit_code text,
     units_per_purchase_unit_snapshot numeric, unit_price_minor_snapshot bigint, created_at timestamptz not null default now());
 create table external_integration_outbox (
-    id uuid primary key, organization_id uuid not null, integration_connection_id uuid not null,
+    id uuid primary key default gen_random_uuid(), organization_id uuid not null, integration_connection_id uuid not null,
     provider text not null, command_type text not null, local_entity_type text not null, local_entity_id uuid not null,
     payload_json jsonb not null default '{}', idempotency_key text not null, status text not null default 'queued',
     attempt_count int not null default 0, next_attempt_at timestamptz, last_error text, provider_reference text,
     provider_status text, completed_at timestamptz, created_at timestamptz not null default now(),
     updated_at timestamptz);
 create table external_integration_conflicts (
-    id uuid primary key, organization_id uuid not null, location_id uuid, integration_connection_id uuid,
+    id uuid primary key default gen_random_uuid(), organization_id uuid not null, location_id uuid, integration_connection_id uuid,
     conflict_type text not null, severity text not null default 'high', local_entity_type text, local_entity_id uuid,
     summary text, local_snapshot jsonb, status text not null default 'open', created_at timestamptz not null default now(),
     updated_at timestamptz not null default now(), resolved_at timestamptz);

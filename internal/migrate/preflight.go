@@ -3,9 +3,12 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"integration-outbox/internal/hostschema"
 )
 
 // hostTables are the host application's tables that the worker reads or
@@ -18,7 +21,7 @@ var hostTables = []string{
 
 // statuses are the outbox statuses the worker knows; its status check
 // (migration 1) allows these and no other.
-var statuses = []string{"queued", "processing", "completed", "failed", "uncertain", "unsupported", "dead_letter"}
+var statuses = hostschema.OutboxStatuses
 
 // statusCheck is the name of that check constraint.
 const statusCheck = "external_integration_outbox_status_check"
@@ -35,7 +38,72 @@ func (in *Installer) preflight(ctx context.Context) error {
 	if err := in.refuseShadowedTables(ctx); err != nil {
 		return err
 	}
+	if err := in.refuseUnfitTables(ctx); err != nil {
+		return err
+	}
 	return in.refuseUnknownStatuses(ctx)
+}
+
+// refuseUnfitTables checks the host's tables against what the worker needs
+// of them (internal/hostschema): a column the host must have and lacks, a
+// type the worker cannot work with, a NOT NULL column without a default on
+// a table the worker inserts into, a varchar too short for a value the
+// worker writes. Each is named, with what to do; nothing is changed.
+func (in *Installer) refuseUnfitTables(ctx context.Context) error {
+	found, err := hostschema.Inspect(ctx, in.conn)
+	if err != nil {
+		return err
+	}
+	problems := found.Check(hostschema.BeforeInstall)
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the host's tables do not have what the worker needs (docs/deploy.md, \"What the worker needs of the host's tables\"): %w; "+
+		"nothing was changed. Change the tables as said, then run make migrate again", problems)
+}
+
+// addEnumValues adds to the host's enum types of status columns the values
+// the worker writes that they lack (uncertain and unsupported, say), before
+// any migration builds an index or runs a statement that names them. Each
+// is its own ALTER TYPE ... ADD VALUE (a catalog insert; no host table is
+// locked or rewritten). PostgreSQL cannot remove a value from an enum, so
+// no down step takes them away again: the host's rows may hold them.
+func (in *Installer) addEnumValues(ctx context.Context) error {
+	found, err := hostschema.Inspect(ctx, in.conn)
+	if err != nil {
+		return err
+	}
+	for _, t := range hostschema.Tables {
+		for _, c := range t.Columns {
+			got, ok := found.Column(t.Name, c.Name)
+			if !ok || !got.Enum {
+				continue
+			}
+			for _, v := range c.Values {
+				if slices.Contains(got.EnumValues, v) {
+					continue
+				}
+				stmt := fmt.Sprintf("alter type %s add value if not exists %s", got.Type, quoteLiteral(v))
+				if err := in.briefExec(ctx, stmt); err != nil {
+					return fmt.Errorf("adding the status %s to the enum type of %s.%s: %w", v, t.Name, c.Name, err)
+				}
+				in.log.InfoContext(ctx, "added a status the worker writes to the host's enum type",
+					"table", t.Name, "column", c.Name, "type", got.Type, "value", v)
+			}
+		}
+	}
+	return nil
+}
+
+// statusIsEnum reports whether the host's outbox status is of an enum type,
+// whose values already limit what the column holds.
+func (in *Installer) statusIsEnum(ctx context.Context) (bool, error) {
+	found, err := hostschema.Inspect(ctx, in.conn)
+	if err != nil {
+		return false, err
+	}
+	got, ok := found.Column(outbox, "status")
+	return ok && got.Enum, nil
 }
 
 func (in *Installer) refuseShadowedTables(ctx context.Context) error {
@@ -91,7 +159,7 @@ func (in *Installer) refuseUnknownStatuses(ctx context.Context) error {
 	// A read under ACCESS SHARE: no host write waits for it.
 	rows, err := in.conn.Query(ctx, fmt.Sprintf(`
 		select status, count(*) from %s
-		where status is not null and not (status = any($1::text[]))
+		where status is not null and not (status::text = any($1::text[]))
 		group by status order by count(*) desc, status`, ident(outbox)), statuses)
 	if err != nil {
 		return fmt.Errorf("reading the statuses of %s: %w", outbox, err)

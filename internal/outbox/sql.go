@@ -80,3 +80,13 @@ func fragment(name string) string {
 	}
 	return expand(strings.TrimSpace(part))
 }
+
+// Statements are every statement of the package as it sends them (its
+// fragments put in), for the schema check (internal/schemacheck).
+func Statements() []sqlfile.Named {
+	out := sqlfile.All(sqlFiles, "outbox")
+	for i := range out {
+		out[i].SQL = expand(out[i].SQL)
+	}
+	return out
+}

@@ -17,7 +17,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"integration-outbox/internal/hostschema"
 	"integration-outbox/internal/pgtx"
+	"integration-outbox/internal/sqlfile"
 )
 
 // Status is an outbox row's status (contract).
@@ -122,6 +124,19 @@ type Recorded struct {
 	IDs []string
 	// Circuits are the circuits the results changed.
 	Circuits []CircuitChange
+	// Failed, when set, is the host's tables' refusal of the batch's one
+	// statement, after which each result was recorded alone: Degraded
+	// were recorded without their conflict and connection health, Refused
+	// not at all (they stay under their lease).
+	Failed   error
+	Degraded []string
+	Refused  []RefusedResult
+}
+
+// RefusedResult is a result the host's tables refused even alone.
+type RefusedResult struct {
+	ID  string
+	Err error
 }
 
 // Claim is one row claimed for dispatch.
@@ -262,7 +277,7 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
 		return err
 	})
 	if err != nil {
-		return Batch{}, fmt.Errorf("claiming outbox batch: %w", err)
+		return Batch{}, fmt.Errorf("claiming outbox batch: %w", sqlfile.Wrap(claimName(p), err))
 	}
 	if resetting {
 		s.circuitsReset.Store(true)
@@ -285,6 +300,14 @@ func providerCaps(caps map[string]int) string {
 
 // claimSQL is the claim statement for p: the listed claim when p names its
 // rows, else the scheduled one.
+// claimName is the name of claimSQL(p) in the logs.
+func claimName(p ClaimParams) string {
+	if p.IDs != nil {
+		return "outbox/claim_listed"
+	}
+	return "outbox/claim_scheduled"
+}
+
 func claimSQL(p ClaimParams) string {
 	if p.IDs != nil {
 		return claimListedSQL
@@ -349,7 +372,7 @@ func (s *Store) DeadLetterExpired(ctx context.Context, p ClaimParams) (int, erro
 	if err := s.db.QueryRow(ctx, deadLetterExpiredSQL, pgx.NamedArgs{
 		"max_attempts": p.MaxAttempts, "organization_id": org, "ids": ids, "events_on": s.health.Events,
 	}).Scan(&n); err != nil {
-		return 0, fmt.Errorf("dead-lettering expired leases: %w", err)
+		return 0, fmt.Errorf("dead-lettering expired leases: %w", sqlfile.Wrap("outbox/dead_letter_expired", err))
 	}
 	return n, nil
 }
@@ -362,7 +385,7 @@ func (s *Store) Release(ctx context.Context, claims []Claim) (int, error) {
 	}
 	tag, err := s.db.Exec(ctx, releaseSQL, claimColumns(claims))
 	if err != nil {
-		return 0, fmt.Errorf("releasing %d claimed rows: %w", len(claims), err)
+		return 0, fmt.Errorf("releasing %d claimed rows: %w", len(claims), sqlfile.Wrap("outbox/release", err))
 	}
 	return int(tag.RowsAffected()), nil
 }
@@ -376,7 +399,7 @@ func (s *Store) MarkUnsupported(ctx context.Context, claims []Claim, reason stri
 	args["reason"] = reason
 	tag, err := s.db.Exec(ctx, unsupportedSQL, args)
 	if err != nil {
-		return 0, fmt.Errorf("marking %d rows unsupported: %w", len(claims), err)
+		return 0, fmt.Errorf("marking %d rows unsupported: %w", len(claims), sqlfile.Wrap("outbox/mark_unsupported", err))
 	}
 	return int(tag.RowsAffected()), nil
 }
@@ -393,7 +416,7 @@ func (s *Store) DeadLetterNoConnection(ctx context.Context, claims []Claim) (int
 	args := claimColumns(claims)
 	args["events_on"] = s.health.Events
 	if err := s.db.QueryRow(ctx, noConnectionSQL, args).Scan(&n); err != nil {
-		return 0, fmt.Errorf("dead-lettering %d rows without a connection: %w", len(claims), err)
+		return 0, fmt.Errorf("dead-lettering %d rows without a connection: %w", len(claims), sqlfile.Wrap("outbox/dead_letter_no_connection", err))
 	}
 	return n, nil
 }
@@ -475,7 +498,7 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 		"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "connection_ids": conns, "lease_until": until,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), err)
+		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), sqlfile.Wrap("outbox/start", err))
 	}
 	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
 		var (
@@ -493,7 +516,7 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 		return j, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), err)
+		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), sqlfile.Wrap("outbox/start", err))
 	}
 	return jobs, nil
 }
@@ -558,6 +581,10 @@ type recordRow struct {
 	HTTPStatus        *int       `json:"http_status"`
 	Circuit           *string    `json:"circuit"`
 	Uncharged         bool       `json:"uncharged"`
+	// NoConflict and Note: a result recorded as far as the host's tables
+	// allow (Record): no conflict, and why in the attempt's history.
+	NoConflict bool    `json:"no_conflict"`
+	Note       *string `json:"note"`
 }
 
 // newRecordRow is o as record.sql reads it; its times to the microsecond,
@@ -595,11 +622,44 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 	if len(outcomes) == 0 {
 		return Recorded{}, nil
 	}
-	n := len(outcomes)
-	results := make([]recordRow, n)
+	rows := make([]recordRow, len(outcomes))
 	for i, o := range outcomes {
-		results[i] = newRecordRow(o)
+		rows[i] = newRecordRow(o)
 	}
+	r, err := s.record(ctx, rows)
+	if err == nil || !hostschema.IsSchemaError(err) {
+		return r, err
+	}
+	// The host's tables refuse what one outcome writes (a NOT NULL column
+	// added to the conflicts, a check): the others must not go with it.
+	// Each is recorded alone; one still refused is recorded as far as the
+	// host's tables allow (its status, without its conflict and its
+	// connection's health, the refusal in its attempt's history); one
+	// refused even so stays under its lease, recovered when it expires.
+	r = Recorded{Failed: err}
+	for _, row := range rows {
+		one, err := s.record(ctx, []recordRow{row})
+		if err != nil && hostschema.IsSchemaError(err) {
+			bare := row
+			bare.NoConflict, bare.Circuit = true, nil
+			bare.Note = pgtx.Nullable("recorded without its conflict and connection health: " + err.Error())
+			if one, err = s.record(ctx, []recordRow{bare}); err == nil && len(one.IDs) > 0 {
+				r.Degraded = append(r.Degraded, row.ID)
+			}
+		}
+		if err != nil {
+			r.Refused = append(r.Refused, RefusedResult{ID: row.ID, Err: err})
+			continue
+		}
+		r.IDs = append(r.IDs, one.IDs...)
+		r.Circuits = append(r.Circuits, one.Circuits...)
+	}
+	return r, nil
+}
+
+// record runs record.sql for rows.
+func (s *Store) record(ctx context.Context, results []recordRow) (Recorded, error) {
+	n := len(results)
 	outcomesJSON, err := json.Marshal(results)
 	if err != nil {
 		return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)
@@ -615,7 +675,7 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 		"command_failing_after_attempts": s.health.CommandFailingAfterAttempts,
 	})
 	if err != nil {
-		return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)
+		return Recorded{}, fmt.Errorf("recording %d results: %w", n, sqlfile.Wrap("outbox/record", err))
 	}
 	var r Recorded
 	for rows.Next() {
@@ -625,7 +685,7 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 		)
 		if err := rows.Scan(&id, &conn, &transition, &until); err != nil {
 			rows.Close()
-			return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)
+			return Recorded{}, fmt.Errorf("recording %d results: %w", n, sqlfile.Wrap("outbox/record", err))
 		}
 		if id != nil {
 			r.IDs = append(r.IDs, *id)
@@ -638,7 +698,7 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 		r.Circuits = append(r.Circuits, c)
 	}
 	if err := rows.Err(); err != nil {
-		return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)
+		return Recorded{}, fmt.Errorf("recording %d results: %w", n, sqlfile.Wrap("outbox/record", err))
 	}
 	return r, nil
 }

@@ -205,3 +205,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Statements are every statement of the package, for the schema check
+// (internal/schemacheck).
+func Statements() []sqlfile.Named { return sqlfile.All(sqlFiles, "pace") }

@@ -16,6 +16,7 @@ import (
 	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/push"
+	"integration-outbox/internal/sqlfile"
 )
 
 // CommandType is the command_type of a purchase-order push (contract).
@@ -67,7 +68,7 @@ func (c *Command) Load(ctx context.Context, jobs []outbox.Job) ([]push.Delivery,
 	rows, err := c.db.Query(ctx, loadSQL, pgx.NamedArgs{"outbox_ids": ids, "organization_ids": orgs, "order_ids": orders,
 		"location_ids": locations, "connection_ids": conns, "providers": providers})
 	if err != nil {
-		return nil, fmt.Errorf("loading %d purchase orders: %w", n, err)
+		return nil, fmt.Errorf("loading %d purchase orders: %w", n, sqlfile.Wrap("purchaseorder/load", err))
 	}
 	found := make(map[string]loadedOrder, n)
 	var id string
@@ -86,7 +87,7 @@ func (c *Command) Load(ctx context.Context, jobs []outbox.Job) ([]push.Delivery,
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("loading %d purchase orders: %w", n, err)
+		return nil, fmt.Errorf("loading %d purchase orders: %w", n, sqlfile.Wrap("purchaseorder/load", err))
 	}
 	out := make([]push.Delivery, n)
 	for i, j := range jobs {

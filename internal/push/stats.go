@@ -1,8 +1,13 @@
 package push
 
 import (
+	"context"
+	"log/slog"
+
+	"integration-outbox/internal/hostschema"
 	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/sqlfile"
 )
 
 // cacheStats is implemented by a credential resolver that counts its cache
@@ -14,8 +19,10 @@ type cacheStats interface {
 // batchStats counts what one SQS batch did, for its EMF lines.
 type batchStats struct {
 	malformed, duplicates, notRecorded int
-	hits0, misses0                     int64
-	byProvider                         map[string]*providerStats
+	// schemaErrors: statements the tables' shape refused (SchemaErrors).
+	schemaErrors   int
+	hits0, misses0 int64
+	byProvider     map[string]*providerStats
 }
 
 type providerStats struct {
@@ -85,6 +92,7 @@ func (s *batchStats) emit(m *metrics.Emitter, creds Credentials) {
 		metrics.Counter("DuplicateDeliveriesIgnored", s.duplicates),
 		metrics.Counter("MalformedMessages", s.malformed),
 		metrics.Counter("ResultsNotRecorded", s.notRecorded),
+		metrics.Counter("SchemaErrors", s.schemaErrors),
 	}
 	if cs, ok := creds.(cacheStats); ok {
 		hits, misses := cs.Stats()
@@ -103,4 +111,15 @@ func (s *batchStats) emit(m *metrics.Emitter, creds Credentials) {
 		}
 		m.Emit(name, vals...)
 	}
+}
+
+// schemaError counts err, and logs the statement and PostgreSQL's error,
+// when it is a statement the tables' shape refused.
+func (s *batchStats) schemaError(ctx context.Context, log *slog.Logger, err error) {
+	if !hostschema.IsSchemaError(err) {
+		return
+	}
+	s.schemaErrors++
+	log.ErrorContext(ctx, "a statement failed for a reason of the tables' shape (the host's tables changed?): run outboxctl check",
+		"statement", sqlfile.StatementOf(err), "error", err.Error())
 }

@@ -21,12 +21,14 @@ import (
 	"integration-outbox/internal/config"
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/event"
+	"integration-outbox/internal/hostschema"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/pace"
 	"integration-outbox/internal/provider"
+	"integration-outbox/internal/sqlfile"
 )
 
 // Store is what the worker needs of the outbox.
@@ -223,6 +225,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	}
 	jobs, err := w.store.Start(ctx, reqs)
 	if err != nil {
+		stats.schemaError(ctx, log, err)
 		log.ErrorContext(ctx, "could not start jobs; records left for redelivery", "count", len(deliveries), "error", err.Error())
 		fail(deliveries)
 		return resp, nil
@@ -261,6 +264,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 	g.Wait()
 	recorded, err := w.record(ctx, log, results, stats)
 	if err != nil {
+		stats.schemaError(ctx, log, err)
 		log.ErrorContext(ctx, "could not record results; rows recover when their lease expires",
 			"count", len(results), "error", err.Error())
 		fail(toRun)
@@ -305,6 +309,10 @@ func (w *Worker) load(ctx context.Context, log *slog.Logger, jobs []outbox.Job) 
 		err = fmt.Errorf("command %s loaded %d deliveries for %d jobs", w.cmd.Type(), len(ds), len(sendable))
 	}
 	if err != nil {
+		if hostschema.IsSchemaError(err) {
+			log.ErrorContext(ctx, "a statement failed for a reason of the tables' shape: run outboxctl check",
+				"statement", sqlfile.StatementOf(err), "error", err.Error())
+		}
 		log.ErrorContext(ctx, "could not load the jobs' entities; they are retried", "count", len(sendable), "error", err.Error())
 		for _, i := range at {
 			out[i].err = err
@@ -348,12 +356,16 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, results []jobResu
 	for attempt := range 3 {
 		var r outbox.Recorded
 		if r, err = w.store.Record(rctx, outcomes); err == nil {
+			w.partlyRecorded(ctx, log, r, stats)
 			out := make(map[string]bool, len(r.IDs))
 			for _, id := range r.IDs {
 				out[id] = true
 			}
 			w.circuitChanged(ctx, log, r.Circuits, results, stats)
 			return out, nil
+		}
+		if hostschema.IsSchemaError(err) {
+			return nil, err // the same statement fails the same way until the tables change
 		}
 		select {
 		case <-rctx.Done():
@@ -362,6 +374,25 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, results []jobResu
 		}
 	}
 	return nil, err
+}
+
+// partlyRecorded logs a record the host's tables refused as one statement
+// (Recorded.Failed): the statement and PostgreSQL's error, each result
+// recorded without its conflict, and each not recorded at all (it stays
+// under its lease and is retried once the tables are fixed).
+func (w *Worker) partlyRecorded(ctx context.Context, log *slog.Logger, r outbox.Recorded, stats *batchStats) {
+	if r.Failed == nil {
+		return
+	}
+	stats.schemaError(ctx, log, r.Failed)
+	for _, id := range r.Degraded {
+		log.ErrorContext(ctx, "result recorded without its conflict and connection health: the host's tables refused them",
+			"outboxId", id, "statement", sqlfile.StatementOf(r.Failed))
+	}
+	for _, f := range r.Refused {
+		log.ErrorContext(ctx, "result not recorded: the host's tables refuse it; the row is retried when its lease expires",
+			"outboxId", f.ID, "statement", sqlfile.StatementOf(f.Err), "error", f.Err.Error())
+	}
 }
 
 // circuitChanged logs each circuit transition and counts the openings per

@@ -35,3 +35,7 @@ var (
 
 // statement is sql/<name>.sql without its leading comment.
 func statement(name string) string { return sqlfile.Statement(sqlFiles, "report", name) }
+
+// Statements are every statement of the package, for the schema check
+// (internal/schemacheck).
+func Statements() []sqlfile.Named { return sqlfile.All(sqlFiles, "report") }

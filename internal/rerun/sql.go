@@ -31,3 +31,7 @@ var (
 
 // statement is sql/<name>.sql without its leading comment.
 func statement(name string) string { return sqlfile.Statement(sqlFiles, "rerun", name) }
+
+// Statements are every statement of the package, for the schema check
+// (internal/schemacheck).
+func Statements() []sqlfile.Named { return sqlfile.All(sqlFiles, "rerun") }

@@ -38,7 +38,7 @@ func ApprovePurchaseOrder(ctx context.Context, db *pgxpool.Pool, lambdaClient In
 	}
 	var outboxID string
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `update purchase_orders set status = 'approved', updated_at = now()
+		if _, err := tx.Exec(ctx, `update purchase_orders set status = 'approved'
 			where id = $1 and organization_id = $2`, a.PurchaseOrderID, a.OrganizationID); err != nil {
 			return fmt.Errorf("approving purchase order: %w", err)
 		}

@@ -22,7 +22,7 @@ export async function approvePurchaseOrder(
   try {
     await client.query('BEGIN');
     await client.query(
-      `update purchase_orders set status = 'approved', updated_at = now()
+      `update purchase_orders set status = 'approved'
        where id = $1 and organization_id = $2`,
       [a.purchaseOrderId, a.organizationId],
     );

@@ -38,8 +38,8 @@ with conn as (
     insert into external_integration_conflicts (id, organization_id, location_id, integration_connection_id,
         conflict_type, severity, summary, local_snapshot, status)
     select p.new_conflict_id, p.organization_id, p.location_id, p.id, 'connection_unauthorized', 'high',
-        'The ' || coalesce(p.provider, '') || ' connection needs to be authorized again: ' || p.reason
-            || '. Its commands are held, no attempt used, until its credentials are replaced.',
+        integration_outbox_fit('The ' || coalesce(p.provider, '') || ' connection needs to be authorized again: ' || p.reason
+            || '. Its commands are held, no attempt used, until its credentials are replaced.', 'external_integration_conflicts', 'summary'),
         jsonb_strip_nulls(jsonb_build_object('connectionId', p.id, 'provider', p.provider, 'reason', p.reason)),
         'open'
     from plan p

@@ -44,13 +44,13 @@ with exhausted as (
 ), expired as (
     update external_integration_outbox o
     set status = 'dead_letter',
-        last_error = left(case
+        last_error = integration_outbox_fit(left(case
                 when o.status in ('queued', 'failed')
                 then 'attempts exhausted: ' || o.attempt_count || ' attempts made, MAX_ATTEMPTS is ' || @max_attempts
                 when o.provider_status is null
                 then 'attempts exhausted: the lease of the last attempt expired without a recorded result'
                 else 'attempts exhausted: the provider answered ' || o.provider_status || ' but never confirmed completion'
-            end || coalesce('; previous error: ' || o.last_error, ''), 1000),
+            end || coalesce('; previous error: ' || o.last_error, ''), 1000), 'external_integration_outbox', 'last_error'),
         lease_expires_at = null,
         next_attempt_at = null,
         updated_at = now()

@@ -9,7 +9,7 @@ with ended as (
     update external_integration_outbox o
     set status = 'dead_letter',
         attempt_count = greatest(o.attempt_count - 1, 0),
-        last_error = 'integration_connection_id: missing: the command names no integration connection',
+        last_error = integration_outbox_fit('integration_connection_id: missing: the command names no integration connection', 'external_integration_outbox', 'last_error'),
         lease_expires_at = null,
         next_attempt_at = null,
         updated_at = now()
@@ -22,8 +22,8 @@ with ended as (
     insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
         conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
     select e.organization_id, null::uuid, null::uuid,
-        'configuration_invalid', 'high', e.local_entity_type, e.local_entity_id,
-        'External provider outbound command reached dead letter (configuration_invalid): ' || e.last_error,
+        'configuration_invalid', 'high', integration_outbox_fit(e.local_entity_type, 'external_integration_conflicts', 'local_entity_type'), e.local_entity_id,
+        integration_outbox_fit('External provider outbound command reached dead letter (configuration_invalid): ' || e.last_error, 'external_integration_conflicts', 'summary'),
         jsonb_build_object('outboxId', e.id, 'commandType', e.command_type,
             'idempotencyKey', e.idempotency_key, 'lastError', e.last_error),
         e.id

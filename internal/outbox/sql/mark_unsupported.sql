@@ -5,7 +5,7 @@
 update external_integration_outbox o
 set status = 'unsupported',
     completed_at = now(),
-    last_error = @reason,
+    last_error = integration_outbox_fit(@reason::text, 'external_integration_outbox', 'last_error'),
     lease_expires_at = null,
     updated_at = now()
 from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[], @connection_ids::text[]::uuid[]) as r(id, organization_id, claim_token, connection_id)

@@ -19,16 +19,18 @@ with res as (
         as r(id uuid, organization_id uuid, claim_token uuid, status text, provider_reference text,
             provider_status text, last_error text, retry_seconds float8, conflict_type text, conflict_summary text,
             location_id uuid, connection_id uuid, started_at timestamptz, finished_at timestamptz,
-            provider_called bool, http_status int, circuit text, uncharged bool)
+            provider_called bool, http_status int, circuit text, uncharged bool, no_conflict bool, note text)
 ), updated as (
     update external_integration_outbox o
-    set status = res.status,
+    -- The host's status may be an enum: res.status becomes its type.
+    set status = integration_outbox_as(res.status, o.status),
         -- An attempt the provider did not take for a reason of the
         -- connection's (its pause, a 429) is given back.
         attempt_count = case when res.uncharged then greatest(o.attempt_count - 1, 0) else o.attempt_count end,
-        provider_reference = coalesce(res.provider_reference, o.provider_reference),
-        provider_status = coalesce(res.provider_status, o.provider_status),
-        last_error = coalesce(res.last_error, o.last_error),
+        -- Text is cut to the host's column (migration 18).
+        provider_reference = coalesce(integration_outbox_fit(res.provider_reference, 'external_integration_outbox', 'provider_reference'), o.provider_reference),
+        provider_status = coalesce(integration_outbox_fit(res.provider_status, 'external_integration_outbox', 'provider_status'), o.provider_status),
+        last_error = coalesce(integration_outbox_fit(res.last_error, 'external_integration_outbox', 'last_error'), o.last_error),
         next_attempt_at = case when res.status in ('failed', 'processing')
             then now() + make_interval(secs => res.retry_seconds) end,
         completed_at = case when res.status in ('completed', 'unsupported') then now() else o.completed_at end,
@@ -47,24 +49,25 @@ with res as (
         o.attempt_count + case when res.uncharged then 1 else 0 end as attempt_count, o.started_at,
         res.conflict_type, res.conflict_summary, res.location_id, res.provider_reference, res.provider_status,
         res.last_error as attempt_error, res.started_at as call_started_at, res.finished_at,
-        res.provider_called, res.http_status
+        res.provider_called, res.http_status, res.no_conflict, res.note
 ), conflicts as (
     insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
         conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
     select u.organization_id, u.location_id, u.integration_connection_id,
-        u.conflict_type, 'high', u.local_entity_type, u.local_entity_id, u.conflict_summary,
+        u.conflict_type, 'high', integration_outbox_fit(u.local_entity_type, 'external_integration_conflicts', 'local_entity_type'), u.local_entity_id,
+        integration_outbox_fit(u.conflict_summary, 'external_integration_conflicts', 'summary'),
         jsonb_build_object('outboxId', u.id, 'commandType', u.command_type,
             'idempotencyKey', u.idempotency_key, 'lastError', u.last_error),
         u.id
     from updated u
-    where u.status = 'dead_letter'
+    where u.status = 'dead_letter' and not coalesce(u.no_conflict, false)
     on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
 ), attempts as (
     insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, finished_at,
         outcome, provider_called, http_status, error_excerpt, provider_reference, provider_status)
     select u.id, u.organization_id, u.attempt_count, coalesce(u.call_started_at, u.started_at),
         coalesce(u.finished_at, now()), u.status, coalesce(u.provider_called, false), u.http_status,
-        left(u.attempt_error, 1000), u.provider_reference, u.provider_status
+        left(nullif(concat_ws('; ', u.attempt_error, u.note), ''), 1000), u.provider_reference, u.provider_status
     from updated u
 )
 -- The circuit breaker: per connection, a recorded success
@@ -239,7 +242,7 @@ with res as (
     insert into external_integration_conflicts (id, organization_id, location_id, integration_connection_id,
         conflict_type, severity, summary, local_snapshot, status)
     select k.id, p.organization_id, p.location_id, p.connection_id, k.conflict_type, k.severity,
-        left(k.summary, 2000),
+        integration_outbox_fit(left(k.summary, 2000), 'external_integration_conflicts', 'summary'),
         jsonb_strip_nulls(jsonb_build_object('connectionId', p.connection_id, 'provider', p.provider,
             'failingSince', p.failing_since, 'lastError', p.last_error)),
         'open'
@@ -266,7 +269,7 @@ with res as (
 ), state_conflicts_resolved as (
     update external_integration_conflicts k
     set status = 'resolved', resolved_at = now(),
-        resolution_reason = 'the connection delivers again', updated_at = now()
+        resolution_reason = 'the connection delivers again'
     from state_plan p
     where p.recovering and k.status = 'open' and k.organization_id = p.organization_id
       and k.id in (p.failing_conflict_before, p.disabled_conflict_before, p.unauthorized_conflict_before)

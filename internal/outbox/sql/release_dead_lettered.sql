@@ -28,11 +28,11 @@ with req as (
         as r(id, organization_id, claim_token, connection_id)
 ), released as (
     update external_integration_outbox o
-    set status = case when o.attempt_count >= @max_attempts then 'dead_letter' else 'failed' end,
-        last_error = left(case when o.attempt_count >= @max_attempts
+    set status = integration_outbox_as(case when o.attempt_count >= @max_attempts then 'dead_letter' else 'failed' end, o.status),
+        last_error = integration_outbox_fit(left(case when o.attempt_count >= @max_attempts
                 then 'attempts exhausted: the message of the last attempt reached the dead-letter queue (the push function failed on every delivery)'
                 else 'the message of this attempt reached the dead-letter queue (the push function failed on every delivery); released for the next dispatch run'
-            end || coalesce('; previous error: ' || o.last_error, ''), 1000),
+            end || coalesce('; previous error: ' || o.last_error, ''), 1000), 'external_integration_outbox', 'last_error'),
         claim_token = null,
         lease_expires_at = null,
         next_attempt_at = case when o.attempt_count >= @max_attempts then null else now() end,

@@ -27,10 +27,10 @@ with req as (
 )
 select s.id::text, s.organization_id::text, coalesce(s.integration_connection_id::text, ''),
     coalesce(s.command_type, ''), coalesce(s.local_entity_type, ''), coalesce(s.local_entity_id::text, ''),
-    coalesce(s.payload_json, '{}'::jsonb), coalesce(s.idempotency_key, s.id::text),
+    coalesce(s.payload_json::jsonb, '{}'::jsonb), coalesce(s.idempotency_key, s.id::text),
     s.attempt_count, s.claim_token::text,
     c.id is not null, coalesce(c.location_id::text, ''), coalesce(c.provider, ''),
-    coalesce(c.credential_reference, ''), coalesce(c.config_json, '{}'::jsonb)
+    coalesce(c.credential_reference, ''), coalesce(c.config_json::jsonb, '{}'::jsonb)
 from started s
 left join integration_connections c
     on c.id = s.integration_connection_id and c.organization_id = s.organization_id

@@ -28,7 +28,8 @@ with conn as (
     insert into external_integration_conflicts (id, organization_id, location_id, integration_connection_id,
         conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, status)
     select gen_random_uuid(), c.organization_id, c.location_id, c.id, 'connection_limit_reached', 'medium',
-        'integration_connection', c.id, @summary::text,
+        integration_outbox_fit('integration_connection', 'external_integration_conflicts', 'local_entity_type'), c.id,
+        integration_outbox_fit(@summary::text, 'external_integration_conflicts', 'summary'),
         jsonb_build_object('connectionId', c.id, 'provider', c.provider,
             'pausedUntil', to_char(@until::timestamptz at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
             'reason', @reason::text),

@@ -12,8 +12,8 @@
 
 select o.id::text, o.organization_id::text, coalesce(o.integration_connection_id::text, ''),
     coalesce(o.provider, ''), coalesce(o.command_type, ''), o.status, o.attempt_count,
-    greatest(@max_attempts::int - o.attempt_count, 0), o.next_attempt_at, o.lease_expires_at,
-    coalesce(o.provider_status, ''), coalesce(o.last_error, ''), o.created_at,
+    greatest(@max_attempts::int - o.attempt_count, 0), o.next_attempt_at::timestamptz, o.lease_expires_at,
+    coalesce(o.provider_status, ''), coalesce(o.last_error, ''), o.created_at::timestamptz,
     coalesce(o.updated_at, o.created_at)
 from (
     select o.* from external_integration_outbox o
@@ -31,7 +31,7 @@ from (
     select o.* from external_integration_outbox o
     where (@organization_id::uuid is null or o.organization_id = @organization_id::uuid)
       and @status::text is distinct from 'queued'
-      and (@status::text is null or o.status = @status::text)
+      and (@status::text is null or o.status::text = @status::text)
       and (@connection_id::uuid is null or o.integration_connection_id = @connection_id::uuid)
 ) o
 order by o.created_at desc, o.id

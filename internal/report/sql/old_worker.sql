@@ -11,8 +11,8 @@
 
 select o.id::text, o.organization_id::text, coalesce(o.integration_connection_id::text, ''),
     coalesce(o.provider, ''), coalesce(o.command_type, ''), o.status, o.attempt_count,
-    greatest(@max_attempts::int - o.attempt_count, 0), o.next_attempt_at, o.lease_expires_at,
-    coalesce(o.provider_status, ''), coalesce(o.last_error, ''), o.created_at,
+    greatest(@max_attempts::int - o.attempt_count, 0), o.next_attempt_at::timestamptz, o.lease_expires_at,
+    coalesce(o.provider_status, ''), coalesce(o.last_error, ''), o.created_at::timestamptz,
     coalesce(o.updated_at, o.created_at),
     case when o.provider_status is null then 'lease' else 'follow_up' end,
     case

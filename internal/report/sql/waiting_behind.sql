@@ -14,7 +14,7 @@ with o as (
     where o.organization_id = @organization_id::uuid and o.id = @id::uuid
       and (o.status in ('queued', 'failed') or (o.status = 'processing' and o.provider_status is not null))
       and o.local_entity_id is not null
-      and coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb
+      and coalesce((c.config_json -> 'ordered')::jsonb, 'true'::jsonb) <> 'false'::jsonb
 )
 select x.id::text
 from (

@@ -5,10 +5,10 @@
 -- state), so the status checked is the status requeued. Rows are locked in
 -- created_at order, the order every rerun uses.
 
-select id::text, status, attempt_count
+select id::text, status::text, attempt_count
 from external_integration_outbox
 where organization_id = @organization_id::uuid
-  and status = any(@statuses::text[])
+  and status::text = any(@statuses::text[])
   and status in ('failed', 'dead_letter', 'uncertain') -- the requeueable ones; lets the tenant index of those rows serve the scan
   and (@connection_id::uuid is null or integration_connection_id = @connection_id::uuid)
   and (@command_type::text is null or command_type = @command_type::text)

@@ -4,6 +4,5 @@
 update external_integration_conflicts
 set status = 'resolved',
     resolved_at = now(),
-    resolution_reason = @reason::text,
-    updated_at = now()
+    resolution_reason = @reason::text
 where organization_id = @organization_id::uuid and outbox_id = any(@ids::uuid[]) and status = 'open'

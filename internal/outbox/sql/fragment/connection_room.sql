@@ -35,11 +35,11 @@ cross join lateral (
               coalesce(cc.ordered, true) as ordered
           from (select 1) one
           left join lateral (
-            select case when jsonb_typeof(c.config_json -> 'maxInFlight') = 'number'
+            select case when jsonb_typeof((c.config_json -> 'maxInFlight')::jsonb) = 'number'
                          and (c.config_json ->> 'maxInFlight')::numeric >= 1
                     then least(floor((c.config_json ->> 'maxInFlight')::numeric), 1000000)::int end as n,
                 (@provider_max_in_flight::jsonb ->> c.provider)::int as provider_n,
-                coalesce(c.config_json -> 'ordered', 'true'::jsonb) <> 'false'::jsonb as ordered
+                coalesce((c.config_json -> 'ordered')::jsonb, 'true'::jsonb) <> 'false'::jsonb as ordered
             from integration_connections c
             where c.id = p.conn and c.organization_id = p.org) cc on true) cap
     cross join lateral (

@@ -11,8 +11,8 @@ with exhausted_rows as (
     insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
         conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
     select e.organization_id, c.location_id, e.integration_connection_id,
-        'provider_rejected', 'high', e.local_entity_type, e.local_entity_id,
-        'External provider outbound command reached dead letter: attempts exhausted.',
+        'provider_rejected', 'high', integration_outbox_fit(e.local_entity_type, 'external_integration_conflicts', 'local_entity_type'), e.local_entity_id,
+        integration_outbox_fit('External provider outbound command reached dead letter: attempts exhausted.', 'external_integration_conflicts', 'summary'),
         jsonb_build_object('outboxId', e.id, 'commandType', e.command_type,
             'idempotencyKey', e.idempotency_key, 'lastError', e.last_error),
         e.id
