@@ -74,11 +74,28 @@ func (r *connectRun) output() (string, string) {
 	return r.out.String(), r.stderr.String()
 }
 
+// grantAtOnce is the browser on fosite, which grants the consent at once:
+// it opens the authorization URL and returns the redirect to the client.
+func grantAtOnce(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	browser := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := browser.Get(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
+
 // consent plays the user's browser: it opens the authorization URL the
-// command printed, where the test's authorization server grants the consent
-// at once, and follows its redirect to the command's loopback listener,
+// command printed, where browse has the authorization server grant the
+// consent, and follows its redirect to the command's loopback listener,
 // adding extra to it (what QuickBooks adds: realmId).
-func (r *connectRun) consent(t *testing.T, extra url.Values) *url.URL {
+func (r *connectRun) consent(t *testing.T, browse func(*testing.T, string) *url.URL, extra url.Values) *url.URL {
 	t.Helper()
 	var raw string
 	select {
@@ -95,15 +112,9 @@ func (r *connectRun) consent(t *testing.T, extra url.Values) *url.URL {
 	if q.Get("state") == "" || q.Get("code_challenge") == "" || q.Get("code_challenge_method") != "S256" {
 		t.Fatalf("the authorization URL %s lacks state or an S256 PKCE challenge", raw)
 	}
-	browser := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := browser.Get(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	loc, err := url.Parse(resp.Header.Get("Location"))
-	if err != nil || loc.Query().Get("code") == "" {
-		t.Fatalf("the authorization answered %d, Location %q", resp.StatusCode, resp.Header.Get("Location"))
+	loc := browse(t, raw)
+	if loc.Query().Get("code") == "" {
+		t.Fatalf("the authorization redirected to %s, without a code", loc)
 	}
 	lq := loc.Query()
 	for k, v := range extra {
@@ -197,7 +208,7 @@ func TestConnectXeroEndToEnd(t *testing.T) {
 
 	r := startConnect(t, env, "2\n", "xero", "-org", org, "-client-id", id, "-redirect-uri", "http://127.0.0.1:0/callback",
 		"-scope", "offline_access accounting", "-auth-url", srv.AuthURL(), "-token-url", srv.TokenURL(), "-connections-url", tenants.URL+"/connections", "-insert")
-	r.consent(t, nil)
+	r.consent(t, grantAtOnce, nil)
 	out, _ := r.wait(t)
 	if !strings.Contains(out, "Acme Trading") || !strings.Contains(out, "inserted") {
 		t.Errorf("output:\n%s", out)
@@ -238,7 +249,7 @@ func TestConnectQuickBooksPrintsTheRow(t *testing.T) {
 	id, _ := srv.ClientCredentials()
 	r := startConnect(t, env, "", "quickbooks", "-org", org, "-client-id", id, "-redirect-uri", "http://127.0.0.1:0/callback",
 		"-scope", "offline_access accounting", "-auth-url", srv.AuthURL(), "-token-url", srv.TokenURL())
-	r.consent(t, url.Values{"realmId": {"9130354"}})
+	r.consent(t, grantAtOnce, url.Values{"realmId": {"9130354"}})
 	out, _ := r.wait(t)
 	if !strings.Contains(out, "insert into integration_connections") || !strings.Contains(out, `"realmId":"9130354"`) ||
 		!strings.Contains(out, "'quickbooks'") {
@@ -265,5 +276,42 @@ func TestConnectRefusesPlainHTTPTokenURL(t *testing.T) {
 		strings.NewReader(""), &out, &errs)
 	if code != exitUsage || !strings.Contains(errs.String(), "-token-url must use https") {
 		t.Fatalf("exit %d, stderr %q", code, errs.String())
+	}
+}
+
+// TestConnectXeroOnHydra: the same flow against Ory Hydra, its login and
+// consent accepted by the test through Hydra's admin API as a login and
+// consent app would; Hydra checks the PKCE verifier too. One tenant: it is
+// taken without asking. The row is printed.
+func TestConnectXeroOnHydra(t *testing.T) {
+	t.Parallel()
+	h := testenv.StartHydra(t, servers.Postgres(t), 0, []string{"http://127.0.0.1/callback"}, []string{"offline_access", "accounting"})
+	tenants := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || !h.Active(tok) {
+			http.Error(w, `{"Title":"Unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		json.NewEncoder(w).Encode([]map[string]string{
+			{"id": "c1", "tenantId": "33333333-3333-4333-8333-333333333333", "tenantType": "ORGANISATION", "tenantName": "Hydra Trading"}})
+	}))
+	t.Cleanup(tenants.Close)
+	m := servers.Moto(t)
+	env := map[string]string{"AWS_ENDPOINT_URL": m.URL, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test",
+		"AWS_SECRET_ACCESS_KEY": "test", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "OAUTH_CLIENT_SECRET": h.ClientSecret,
+		"CREDENTIAL_REFERENCE_PREFIX": "integrations/"}
+	org := newUUID()
+	r := startConnect(t, env, "", "xero", "-org", org, "-client-id", h.ClientID, "-redirect-uri", "http://127.0.0.1:0/callback",
+		"-scope", "offline_access accounting", "-auth-url", h.AuthURL(), "-token-url", h.TokenURL(),
+		"-connections-url", tenants.URL+"/connections")
+	r.consent(t, func(t *testing.T, raw string) *url.URL { return h.Consent(t, raw) }, nil)
+	out, _ := r.wait(t)
+	if !strings.Contains(out, `"tenantId":"33333333-3333-4333-8333-333333333333"`) || !strings.Contains(out, "insert into integration_connections") {
+		t.Fatalf("output:\n%s", out)
+	}
+	name := out[strings.Index(out, "secret ")+len("secret ") : strings.Index(out, " written")]
+	g := storedGrant(t, env, org, name)
+	if !h.Active(g.AccessToken.Reveal()) || g.RefreshToken.IsZero() || g.ClientID != h.ClientID {
+		t.Errorf("the stored grant is not Hydra's: client %s, access token active %v", g.ClientID, h.Active(g.AccessToken.Reveal()))
 	}
 }
