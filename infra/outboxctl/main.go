@@ -6,6 +6,7 @@
 //	outboxctl rerun [-f payload.json]      (the payload on stdin without -f)
 //	outboxctl stuck [-org ID] [-accepted-for 1h] [-overdue-for 5m] [-limit N]
 //	outboxctl check
+//	outboxctl connect xero|quickbooks -org ID [-client-id ID] [-insert] ...
 //
 // check is the schema check of make migrate (internal/schemacheck), for an
 // operator who changed the host's tables: it names what the host's tables
@@ -38,10 +39,16 @@ const usage = `usage:
   outboxctl rerun [-f payload.json]   (reads the payload from stdin without -f)
   outboxctl stuck [-org ID] [-accepted-for 1h] [-overdue-for 5m] [-limit N]
   outboxctl check                     (the host's tables and every statement, against the database)
+  outboxctl connect xero|quickbooks -org ID [-client-id ID] [-redirect-uri URL]
+      [-location ID] [-connection ID] [-tenant-id ID] [-insert] ...
+      (the OAuth2 consent flow; the app's secret in OAUTH_CLIENT_SECRET;
+      "outboxctl connect xero -h" lists every flag)
 
 Environment: DATABASE_URL (or DATABASE_SECRET_ARN), MAX_ATTEMPTS, LOG_LEVEL
 (default warn); rerun's dispatchNow also needs PUSH_PURCHASE_ORDER_QUEUE_URL
-and the AWS environment.
+and the AWS environment; connect needs the AWS environment (the secret),
+CREDENTIAL_REFERENCE_PREFIX, WEBHOOK_ALLOW_PRIVATE_NETWORKS (local
+stand-ins only), and DATABASE_URL with -insert.
 `
 
 // Exit codes.
@@ -86,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return exitOK
 	}
 	commands := map[string]func(context.Context, []string) error{
-		"list": c.list, "show": c.show, "rerun": c.rerun, "stuck": c.stuck, "check": c.check,
+		"list": c.list, "show": c.show, "rerun": c.rerun, "stuck": c.stuck, "check": c.check, "connect": c.connect,
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

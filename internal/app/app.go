@@ -129,8 +129,8 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 		return nil, err
 	}
 	return dispatch.New(a.outboxStore(), sender, dispatch.Config{
-		Reconnections: creds,
-		Routes:        a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
+		Reconnections: creds, LimitResets: pace.NewPacer(a.Pool),
+		Routes: a.Routes(), BatchSize: a.Config.ClaimBatchSize, MaxPerRun: a.Config.DispatchMaxPerRun,
 		MaxAttempts: a.Config.MaxAttempts, Lease: a.Config.Lease, Logger: a.Logger,
 		MaxInFlight: a.Config.DispatchMaxInFlight, ConnectionMaxInFlight: a.Config.ConnectionMaxInFlight,
 		ProviderMaxInFlight: a.Providers().MaxInFlightDefaults(),
@@ -205,7 +205,8 @@ func (a *App) Credentials() (*credential.Resolver, error) {
 		AllowUntagged: a.Config.CredentialAllowUntagged, Logger: a.Logger,
 		OAuth: credential.OAuthConfig{DB: a.Pool, Secrets: sm,
 			HTTPClient:           provider.GuardedHTTPClient(a.Config.AllowPrivateNetworks, a.Config.ProviderTimeout),
-			AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Events: a.Config.EventBusName != ""},
+			AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Events: a.Config.EventBusName != "",
+			Margin: a.Config.OAuthRefreshMargin},
 	})
 }
 
@@ -223,7 +224,17 @@ func (a *App) PushWorker() (*push.Worker, error) {
 // credential resolver (the benchmarks count its lookups).
 func (a *App) PushWorkerWith(creds push.Credentials) (*push.Worker, error) {
 	store := a.outboxStore()
+	var events push.EventPublisher
+	if a.Config.EventBusName != "" {
+		p, err := event.NewPublisher(a.Pool, eventbridge.NewFromConfig(a.AWS), event.Config{
+			BusName: a.Config.EventBusName, Logger: a.Logger})
+		if err != nil {
+			return nil, err
+		}
+		events = p
+	}
 	return push.New(store, creds, purchaseorder.NewCommand(a.Pool), push.Config{
+		Events:    events,
 		Providers: a.Providers(), Concurrency: a.Config.PushConcurrency, MaxAttempts: a.Config.MaxAttempts,
 		ProviderTimeout: a.Config.ProviderTimeout, Logger: a.Logger,
 		Metrics: metrics.NewEmitter(a.Out, "push-purchase-order"),

@@ -31,6 +31,10 @@ type Config struct {
 	ProviderTimeout           time.Duration // PROVIDER_TIMEOUT
 	CredentialReferencePrefix string        // CREDENTIAL_REFERENCE_PREFIX
 	CredentialCacheTTL        time.Duration // CREDENTIAL_CACHE_TTL
+	// OAuthRefreshMargin is OAUTH_REFRESH_MARGIN: an OAuth2 access token is
+	// refreshed at most this long before it expires, and at most a tenth
+	// of its lifetime (credential.OAuthGrant.RefreshMargin).
+	OAuthRefreshMargin time.Duration
 	// CREDENTIAL_ALLOW_UNTAGGED_SECRETS: the old, weaker tenant rule — any
 	// untagged secret under the prefix serves every organization.
 	CredentialAllowUntagged bool
@@ -97,6 +101,7 @@ func Load(getenv func(string) string, need Need) (Config, error) {
 		ProviderTimeout:             r.duration("PROVIDER_TIMEOUT", 10*time.Second),
 		CredentialReferencePrefix:   r.str("CREDENTIAL_REFERENCE_PREFIX", "integrations/"),
 		CredentialCacheTTL:          r.duration("CREDENTIAL_CACHE_TTL", 5*time.Minute),
+		OAuthRefreshMargin:          r.duration("OAUTH_REFRESH_MARGIN", 2*time.Minute),
 		CredentialAllowUntagged:     r.boolean("CREDENTIAL_ALLOW_UNTAGGED_SECRETS", false),
 		AllowPrivateNetworks:        r.boolean("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
 		SandboxProviderEnabled:      r.boolean("SANDBOX_PROVIDER_ENABLED", false),
@@ -122,6 +127,9 @@ func Load(getenv func(string) string, need Need) (Config, error) {
 	}
 	if c.ConnectionDisableMinSpan != 0 && c.ConnectionDisableMinSpan < time.Second {
 		r.fail("CONNECTION_DISABLE_MIN_SPAN", fmt.Sprintf("must be 0 or at least 1s, got %s", c.ConnectionDisableMinSpan))
+	}
+	if c.OAuthRefreshMargin < time.Second || c.OAuthRefreshMargin > time.Hour {
+		r.fail("OAUTH_REFRESH_MARGIN", fmt.Sprintf("must be from 1s to 1h, got %s", c.OAuthRefreshMargin))
 	}
 	if c.RetentionAge != 0 && c.RetentionAge < time.Hour {
 		r.fail("RETENTION_AGE", fmt.Sprintf("must be empty (off) or at least 1h, got %q", r.str("RETENTION_AGE", "")))

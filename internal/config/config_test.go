@@ -18,7 +18,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Config{DatabaseURL: "postgres://x/y", ClaimBatchSize: 50, DispatchMaxPerRun: 5000, MaxAttempts: 10,
 		Lease: 2400 * time.Second, PushConcurrency: 10, ProviderTimeout: 10 * time.Second,
-		CredentialReferencePrefix: "integrations/", CredentialCacheTTL: 5 * time.Minute, LogLevel: slog.LevelInfo,
+		CredentialReferencePrefix: "integrations/", CredentialCacheTTL: 5 * time.Minute, OAuthRefreshMargin: 2 * time.Minute, LogLevel: slog.LevelInfo,
 		DispatchMaxInFlight: 100, ConnectionMaxInFlight: 10, CircuitFailureThreshold: 5, CircuitCooldown: time.Minute,
 		PushBatchSize: 10, PushMaximumConcurrency: 5,
 		CommandFailingAfterAttempts: 4, ConnectionFailingAfter: time.Hour, ConnectionDisableAfter: 120 * time.Hour,
@@ -50,7 +50,7 @@ func TestParsesEveryVariable(t *testing.T) {
 		"CLAIM_BATCH_SIZE": "7", "DISPATCH_MAX_PER_RUN": "70", "MAX_ATTEMPTS": "3", "LEASE_SECONDS": "1",
 		"PUSH_CONCURRENCY": "4", "PROVIDER_TIMEOUT": "2500ms", "CREDENTIAL_REFERENCE_PREFIX": "acme/",
 		"CREDENTIAL_CACHE_TTL": "30", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "LOG_LEVEL": "debug", "AWS_REGION": "eu-west-1",
-		"SANDBOX_PROVIDER_ENABLED": "true", "CREDENTIAL_ALLOW_UNTAGGED_SECRETS": "true",
+		"SANDBOX_PROVIDER_ENABLED": "true", "CREDENTIAL_ALLOW_UNTAGGED_SECRETS": "true", "OAUTH_REFRESH_MARGIN": "45",
 	}), NeedQueue)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ func TestParsesEveryVariable(t *testing.T) {
 	if c.ClaimBatchSize != 7 || c.DispatchMaxPerRun != 70 || c.MaxAttempts != 3 || c.Lease != time.Second ||
 		c.PushConcurrency != 4 || c.ProviderTimeout != 2500*time.Millisecond || c.CredentialReferencePrefix != "acme/" ||
 		c.CredentialCacheTTL != 30*time.Second || !c.AllowPrivateNetworks || c.LogLevel != slog.LevelDebug || c.AWSRegion != "eu-west-1" ||
-		!c.SandboxProviderEnabled || !c.CredentialAllowUntagged {
+		!c.SandboxProviderEnabled || !c.CredentialAllowUntagged || c.OAuthRefreshMargin != 45*time.Second {
 		t.Errorf("unexpected %+v", c)
 	}
 }
@@ -79,6 +79,9 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"PROVIDER_TIMEOUT", map[string]string{"DATABASE_URL": "x", "PROVIDER_TIMEOUT": "soon"}, 0},
 		{"PROVIDER_TIMEOUT", map[string]string{"DATABASE_URL": "x", "PROVIDER_TIMEOUT": "0"}, 0},
 		{"CREDENTIAL_CACHE_TTL", map[string]string{"DATABASE_URL": "x", "CREDENTIAL_CACHE_TTL": "5 minutes"}, 0},
+		{"OAUTH_REFRESH_MARGIN", map[string]string{"DATABASE_URL": "x", "OAUTH_REFRESH_MARGIN": "early"}, 0},
+		{"OAUTH_REFRESH_MARGIN", map[string]string{"DATABASE_URL": "x", "OAUTH_REFRESH_MARGIN": "0"}, 0},
+		{"OAUTH_REFRESH_MARGIN", map[string]string{"DATABASE_URL": "x", "OAUTH_REFRESH_MARGIN": "2h"}, 0},
 		{"WEBHOOK_ALLOW_PRIVATE_NETWORKS", map[string]string{"DATABASE_URL": "x", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "yes please"}, 0},
 		{"SANDBOX_PROVIDER_ENABLED", map[string]string{"DATABASE_URL": "x", "SANDBOX_PROVIDER_ENABLED": "on"}, 0},
 		{"CREDENTIAL_ALLOW_UNTAGGED_SECRETS", map[string]string{"DATABASE_URL": "x", "CREDENTIAL_ALLOW_UNTAGGED_SECRETS": "sure"}, 0},

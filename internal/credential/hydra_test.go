@@ -4,21 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,6 +25,7 @@ import (
 // period a spent refresh token revokes the grant. The resolvers reach its
 // token endpoint through a proxy that only counts the requests.
 type hydraServer struct {
+	hydra         *testenv.Hydra
 	public, admin string
 	proxy         *httptest.Server
 	client        *http.Client
@@ -43,109 +35,16 @@ type hydraServer struct {
 	refreshes, refused atomic.Int64
 }
 
-// hydraBinary is the hydra executable (make bin/hydra builds it): HYDRA_BIN,
-// else bin/hydra under the repository, else hydra on PATH. The test is
-// skipped without one.
-func hydraBinary(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{os.Getenv("HYDRA_BIN"), filepath.Join("..", "..", "bin", "hydra")} {
-		if p == "" {
-			continue
-		}
-		if _, err := os.Stat(p); err == nil {
-			abs, _ := filepath.Abs(p)
-			return abs
-		}
-	}
-	if p, err := exec.LookPath("hydra"); err == nil {
-		return p
-	}
-	t.Skip("no hydra binary (make bin/hydra, or HYDRA_BIN): the Hydra scenarios need it")
-	return ""
-}
-
-// startHydra runs Hydra on a fresh database of the test cluster with the
-// given refresh token grace period (0: none).
+// startHydra runs Hydra (testenv.StartHydra) on a fresh database of the
+// test cluster with the given refresh token grace period (0: none), behind
+// a counting proxy of its token endpoint.
 func startHydra(t *testing.T, grace time.Duration) *hydraServer {
 	t.Helper()
-	bin := hydraBinary(t)
-	ctx := context.Background()
-	dsn, err := servers.Postgres(t).CreateDatabase(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(dsn, "sslmode=") {
-		dsn += map[bool]string{true: "&", false: "?"}[strings.Contains(dsn, "?")] + "sslmode=disable"
-	}
-	publicPort, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminPort, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &hydraServer{
-		public: fmt.Sprintf("http://127.0.0.1:%d", publicPort), admin: fmt.Sprintf("http://127.0.0.1:%d", adminPort),
-		client: &http.Client{Timeout: 10 * time.Second}, redirectURL: "http://127.0.0.1/callback",
-	}
-	env := append(os.Environ(), "DSN="+dsn, "LOG_LEVEL=error", "LOG_LEAK_SENSITIVE_VALUES=false",
-		"SECRETS_SYSTEM="+rand.Text()+rand.Text(),
-		"SERVE_PUBLIC_HOST=127.0.0.1", "SERVE_PUBLIC_PORT="+strconv.Itoa(publicPort),
-		"SERVE_ADMIN_HOST=127.0.0.1", "SERVE_ADMIN_PORT="+strconv.Itoa(adminPort),
-		"URLS_SELF_ISSUER="+h.public, "URLS_LOGIN=http://127.0.0.1:9/login", "URLS_CONSENT=http://127.0.0.1:9/consent",
-		"TTL_ACCESS_TOKEN=1h", "OAUTH2_GRANT_REFRESH_TOKEN_ROTATION_GRACE_PERIOD="+grace.String())
-
-	migrate := exec.Command(bin, "migrate", "sql", "up", "-e", "--yes")
-	migrate.Env = env
-	if out, err := migrate.CombinedOutput(); err != nil {
-		t.Fatalf("hydra migrate: %v\n%s", err, out)
-	}
-	serve := exec.Command(bin, "serve", "all", "--dev")
-	serve.Env = env
-	var logs bytes.Buffer
-	serve.Stdout, serve.Stderr = &logs, &logs
-	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { serve.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		serve.Process.Kill()
-		<-exited
-		h.client.CloseIdleConnections()
-	})
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		resp, err := h.client.Get(h.admin + "/health/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case <-exited:
-			t.Fatalf("hydra exited during start-up:\n%s", logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hydra not ready within 60s: %v\n%s", err, logs.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-
-	var created struct {
-		ClientID     string `json:"client_id"`
-		ClientSecret string `json:"client_secret"`
-	}
-	h.call(t, http.MethodPost, h.admin+"/admin/clients", map[string]any{
-		"grant_types": []string{"authorization_code", "refresh_token"}, "response_types": []string{"code"},
-		"scope": "offline_access accounting", "redirect_uris": []string{h.redirectURL},
-		"token_endpoint_auth_method": "client_secret_basic",
-	}, &created)
-	h.clientID, h.clientSecret = created.ClientID, created.ClientSecret
-
+	hy := testenv.StartHydra(t, servers.Postgres(t), grace, []string{"http://127.0.0.1/callback"},
+		[]string{"offline_access", "accounting"})
+	h := &hydraServer{hydra: hy, public: hy.Public, admin: hy.Admin, client: &http.Client{Timeout: 10 * time.Second},
+		redirectURL: "http://127.0.0.1/callback", clientID: hy.ClientID, clientSecret: hy.ClientSecret}
+	t.Cleanup(h.client.CloseIdleConnections)
 	h.proxy = httptest.NewServer(http.HandlerFunc(h.countingProxy))
 	t.Cleanup(h.proxy.Close)
 	return h
@@ -179,26 +78,6 @@ func (h *hydraServer) countingProxy(w http.ResponseWriter, r *http.Request) {
 	w.Write(answer)
 }
 
-// call sends a JSON request to Hydra's admin API and decodes its answer.
-func (h *hydraServer) call(t *testing.T, method, u string, in, out any) {
-	t.Helper()
-	b, _ := json.Marshal(in)
-	req, _ := http.NewRequest(method, u, bytes.NewReader(b))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := h.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode >= 300 {
-		t.Fatalf("%s %s: %d %s", method, u, resp.StatusCode, answer)
-	}
-	if err := json.Unmarshal(answer, out); err != nil {
-		t.Fatalf("%s %s: %v", method, u, err)
-	}
-}
-
 func (h *hydraServer) oauth2Config(tokenURL string) oauth2.Config {
 	return oauth2.Config{ClientID: h.clientID, ClientSecret: h.clientSecret, RedirectURL: h.redirectURL,
 		Scopes:   []string{"offline_access", "accounting"},
@@ -209,34 +88,8 @@ func (h *hydraServer) oauth2Config(tokenURL string) oauth2.Config {
 // consent through the admin API as a login and consent app would.
 func (h *hydraServer) connect(t *testing.T) *oauth2.Token {
 	t.Helper()
-	jar, _ := cookiejar.New(nil)
-	browser := &http.Client{Jar: jar, Timeout: 10 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	defer browser.CloseIdleConnections()
-	follow := func(u string) *url.URL {
-		resp, err := browser.Get(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
-		if err != nil || resp.Header.Get("Location") == "" {
-			t.Fatalf("GET %s answered %d without a redirect", u, resp.StatusCode)
-		}
-		return loc
-	}
 	cfg := h.oauth2Config(h.public + "/oauth2/token")
-	login := follow(cfg.AuthCodeURL(rand.Text()))
-	var accepted struct {
-		RedirectTo string `json:"redirect_to"`
-	}
-	h.call(t, http.MethodPut, h.admin+"/admin/oauth2/auth/requests/login/accept?login_challenge="+
-		url.QueryEscape(login.Query().Get("login_challenge")), map[string]any{"subject": "owner"}, &accepted)
-	consent := follow(accepted.RedirectTo)
-	h.call(t, http.MethodPut, h.admin+"/admin/oauth2/auth/requests/consent/accept?consent_challenge="+
-		url.QueryEscape(consent.Query().Get("consent_challenge")),
-		map[string]any{"grant_scope": []string{"offline_access", "accounting"}}, &accepted)
-	callback := follow(accepted.RedirectTo)
+	callback := h.hydra.Consent(t, cfg.AuthCodeURL(rand.Text()))
 	tok, err := cfg.Exchange(context.Background(), callback.Query().Get("code"))
 	if err != nil {
 		t.Fatal(err)
@@ -252,17 +105,7 @@ func (h *hydraServer) clientCredentials() (id, secret string) { return h.clientI
 func (h *hydraServer) refreshCount() int64                    { return h.refreshes.Load() }
 func (h *hydraServer) refusedCount() int64                    { return h.refused.Load() }
 
-func (h *hydraServer) active(accessToken string) bool {
-	resp, err := h.client.PostForm(h.admin+"/admin/oauth2/introspect", url.Values{"token": {accessToken}})
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Active bool `json:"active"`
-	}
-	return json.NewDecoder(resp.Body).Decode(&out) == nil && out.Active
-}
+func (h *hydraServer) active(accessToken string) bool { return h.hydra.Active(accessToken) }
 
 func (h *hydraServer) refreshable(refreshToken string) bool {
 	cfg := h.oauth2Config(h.public + "/oauth2/token")

@@ -23,10 +23,16 @@ type OAuthGrant struct {
 	// AccessTokenExpiresAt is zero when the secret does not say: the access
 	// token is then treated as expired.
 	AccessTokenExpiresAt time.Time
+	// AccessTokenIssuedAt is when the access token was obtained
+	// ("accessTokenIssuedAt", written by the refresh and by outboxctl
+	// connect); with the expiry it gives the token's lifetime, which sets
+	// the refresh margin (RefreshMargin). When the secret does not say,
+	// the resolver takes the secret version's creation date.
+	AccessTokenIssuedAt time.Time
 }
 
 // oauthKeys are the fields that make a secret an OAuth2 one.
-var oauthKeys = []string{"clientId", "clientSecret", "refreshToken", "accessToken", "accessTokenExpiresAt"}
+var oauthKeys = []string{"clientId", "clientSecret", "refreshToken", "accessToken", "accessTokenExpiresAt", "accessTokenIssuedAt"}
 
 // isOAuthShape reports whether a decoded secret object has any OAuth2 field.
 func isOAuthShape(fields map[string]json.RawMessage) bool {
@@ -82,13 +88,18 @@ func parseOAuthGrant(fields map[string]json.RawMessage) (OAuthGrant, error) {
 		}
 		*f.dst = NewSecret(v)
 	}
-	at, err := str("accessTokenExpiresAt", false)
-	if err != nil {
-		return OAuthGrant{}, err
-	}
-	if at != "" {
-		if g.AccessTokenExpiresAt, err = time.Parse(time.RFC3339, at); err != nil {
-			return OAuthGrant{}, fmt.Errorf("secret value field %q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)", "accessTokenExpiresAt")
+	for _, f := range []struct {
+		key string
+		dst *time.Time
+	}{{"accessTokenExpiresAt", &g.AccessTokenExpiresAt}, {"accessTokenIssuedAt", &g.AccessTokenIssuedAt}} {
+		at, err := str(f.key, false)
+		if err != nil {
+			return OAuthGrant{}, err
+		}
+		if at != "" {
+			if *f.dst, err = time.Parse(time.RFC3339, at); err != nil {
+				return OAuthGrant{}, fmt.Errorf("secret value field %q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)", f.key)
+			}
 		}
 	}
 	return g, nil
@@ -101,7 +112,12 @@ type oauthSecretJSON struct {
 	RefreshToken         string `json:"refreshToken"`
 	AccessToken          string `json:"accessToken,omitempty"`
 	AccessTokenExpiresAt string `json:"accessTokenExpiresAt,omitempty"`
+	AccessTokenIssuedAt  string `json:"accessTokenIssuedAt,omitempty"`
 }
+
+// SecretJSON encodes g as the connection's secret (the shape the push
+// function reads and writes back): what outboxctl connect writes.
+func (g OAuthGrant) SecretJSON() string { return g.secretString() }
 
 // secretString encodes g as the secret JSON the back office writes.
 func (g OAuthGrant) secretString() string {
@@ -110,19 +126,42 @@ func (g OAuthGrant) secretString() string {
 	if !g.AccessTokenExpiresAt.IsZero() {
 		s.AccessTokenExpiresAt = g.AccessTokenExpiresAt.UTC().Format(time.RFC3339)
 	}
+	if !g.AccessTokenIssuedAt.IsZero() {
+		s.AccessTokenIssuedAt = g.AccessTokenIssuedAt.UTC().Format(time.RFC3339)
+	}
 	b, _ := json.Marshal(s) // strings only: cannot fail
 	return string(b)
 }
 
-// DefaultRefreshMargin is how long before its expiry an access token is
-// refreshed: a call that starts with it must not reach the provider expired.
+// DefaultRefreshMargin is the most an access token is refreshed before its
+// expiry (OAUTH_REFRESH_MARGIN): a call that starts with it must not reach
+// the provider expired.
 const DefaultRefreshMargin = 2 * time.Minute
 
+// RefreshMarginFraction: a token's refresh margin is at most its lifetime
+// divided by this. A token is refreshed the smaller of the configured
+// margin and a tenth of its lifetime before it expires, so that a token
+// living less than the margin is still used for nine tenths of its life,
+// and refreshed once per life, not on every call.
+const RefreshMarginFraction = 10
+
+// RefreshMargin is how long before its expiry g's access token is
+// refreshed: the smaller of limit and a tenth of its lifetime (from
+// AccessTokenIssuedAt to AccessTokenExpiresAt). Without a known lifetime
+// it is limit.
+func (g OAuthGrant) RefreshMargin(limit time.Duration) time.Duration {
+	if g.AccessTokenIssuedAt.IsZero() || !g.AccessTokenIssuedAt.Before(g.AccessTokenExpiresAt) {
+		return limit
+	}
+	return min(limit, g.AccessTokenExpiresAt.Sub(g.AccessTokenIssuedAt)/RefreshMarginFraction)
+}
+
 // fresh reports whether g's access token may still be used at now: it is
-// set and expires more than margin after now.
-func (g OAuthGrant) fresh(now time.Time, margin time.Duration) bool {
+// set and expires more than its refresh margin (RefreshMargin(limit))
+// after now.
+func (g OAuthGrant) fresh(now time.Time, limit time.Duration) bool {
 	return !g.AccessToken.IsZero() && !g.AccessTokenExpiresAt.IsZero() &&
-		now.Add(margin).Before(g.AccessTokenExpiresAt)
+		now.Add(g.RefreshMargin(limit)).Before(g.AccessTokenExpiresAt)
 }
 
 // clientRequestToken derives the PutSecretValue ClientRequestToken of a

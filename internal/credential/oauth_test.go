@@ -2,6 +2,8 @@ package credential
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +11,7 @@ import (
 
 func TestParseOAuthSecret(t *testing.T) {
 	t.Parallel()
-	const full = `{"clientId":"cid","clientSecret":"csec","refreshToken":"rt","accessToken":"at","accessTokenExpiresAt":"2026-01-02T15:04:05Z"}`
+	const full = `{"clientId":"cid","clientSecret":"csec","refreshToken":"rt","accessToken":"at","accessTokenExpiresAt":"2026-01-02T15:04:05Z","accessTokenIssuedAt":"2026-01-02T14:34:05Z"}`
 	tests := []struct {
 		name, secret string
 		wantErr      string
@@ -22,6 +24,7 @@ func TestParseOAuthSecret(t *testing.T) {
 		{name: "missing refresh token", secret: `{"clientId":"cid","clientSecret":"csec","accessToken":"at"}`, wantErr: `field "refreshToken" is missing or empty`},
 		{name: "refresh token a number", secret: `{"clientId":"cid","clientSecret":"csec","refreshToken":7}`, wantErr: `field "refreshToken" is not a string`},
 		{name: "expiry not RFC 3339", secret: `{"clientId":"cid","clientSecret":"csec","refreshToken":"rt","accessTokenExpiresAt":"1767366245"}`, wantErr: `field "accessTokenExpiresAt" is not an RFC 3339 time`},
+		{name: "issue time not RFC 3339", secret: `{"clientId":"cid","clientSecret":"csec","refreshToken":"rt","accessTokenIssuedAt":"yesterday"}`, wantErr: `field "accessTokenIssuedAt" is not an RFC 3339 time`},
 		{name: "expiry a number", secret: `{"clientId":"cid","clientSecret":"csec","refreshToken":"rt","accessTokenExpiresAt":1767366245}`, wantErr: `field "accessTokenExpiresAt" is not a string`},
 		{name: "mixed with token", secret: `{"token":"tok","clientId":"cid","clientSecret":"csec","refreshToken":"rt"}`, wantErr: `field "token" cannot be combined with the OAuth2 fields`},
 	}
@@ -60,6 +63,9 @@ func TestParseOAuthSecret(t *testing.T) {
 	if want := time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC); !c.OAuth.AccessTokenExpiresAt.Equal(want) || c.OAuth.AccessToken.Reveal() != "at" {
 		t.Errorf("access token = %q expiring %v, want at %v", c.OAuth.AccessToken.Reveal(), c.OAuth.AccessTokenExpiresAt, want)
 	}
+	if want := time.Date(2026, 1, 2, 14, 34, 5, 0, time.UTC); !c.OAuth.AccessTokenIssuedAt.Equal(want) {
+		t.Errorf("access token issued %v, want %v", c.OAuth.AccessTokenIssuedAt, want)
+	}
 	for _, v := range []string{"csec", "rt", "at"} {
 		if !strings.Contains(strings.Join(c.Values(), " "), v) {
 			t.Errorf("Values() misses %q: it would not be masked out of texts", v)
@@ -93,6 +99,37 @@ func TestOAuthGrantFresh(t *testing.T) {
 		g := OAuthGrant{AccessToken: NewSecret(tt.token), AccessTokenExpiresAt: tt.expires}
 		if got := g.fresh(now, DefaultRefreshMargin); got != tt.want {
 			t.Errorf("%s: fresh = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// The refresh margin is the smaller of the configured one and a tenth of
+// the token's lifetime; without a known lifetime, the configured one.
+func TestRefreshMarginAdaptsToTheLifetime(t *testing.T) {
+	t.Parallel()
+	issued := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name     string
+		issued   time.Time
+		lifetime time.Duration
+		want     time.Duration
+	}{
+		{"Xero, 30 minutes", issued, 30 * time.Minute, 2 * time.Minute},
+		{"QuickBooks, 60 minutes", issued, time.Hour, 2 * time.Minute},
+		{"5 minutes", issued, 5 * time.Minute, 30 * time.Second},
+		{"20 seconds", issued, 20 * time.Second, 2 * time.Second},
+		{"lifetime unknown", time.Time{}, 20 * time.Second, 2 * time.Minute},
+		{"issued after its expiry", issued.Add(time.Minute), 20 * time.Second, 2 * time.Minute},
+	}
+	for _, tt := range tests {
+		g := OAuthGrant{AccessToken: NewSecret("at"), AccessTokenIssuedAt: tt.issued, AccessTokenExpiresAt: issued.Add(tt.lifetime)}
+		if got := g.RefreshMargin(DefaultRefreshMargin); got != tt.want {
+			t.Errorf("%s: margin = %v, want %v", tt.name, got, tt.want)
+		}
+		// Fresh until the margin, stale from it.
+		exp := g.AccessTokenExpiresAt
+		if !g.fresh(exp.Add(-tt.want-time.Second), DefaultRefreshMargin) || g.fresh(exp.Add(-tt.want), DefaultRefreshMargin) {
+			t.Errorf("%s: not fresh up to %v before its expiry, stale from then", tt.name, tt.want)
 		}
 	}
 }
@@ -152,6 +189,30 @@ func TestTokenURL(t *testing.T) {
 		}
 		if err != nil || got != tt.want {
 			t.Errorf("%s: = %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+	}
+}
+
+// The connection_unauthorized conflict has one owner, internal/health: it
+// opens it (health.MarkUnauthorized), keeps its id and resolves it
+// (health.Reauthorized, or the first call that goes through). This package
+// asks it and writes no conflict of its own.
+func TestTheUnauthorizedConflictIsHealthsAlone(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "external_integration_conflicts") {
+			t.Errorf("%s reads or writes external_integration_conflicts: the connection's conflict is internal/health's", name)
 		}
 	}
 }

@@ -67,8 +67,9 @@ type OAuthConfig struct {
 	// Events: a connection found needing reauthorization also records its
 	// Connection Unauthorized event (EVENT_BUS_NAME is set).
 	Events bool
-	// Margin: an access token is refreshed this long before it expires
-	// (default DefaultRefreshMargin).
+	// Margin is OAUTH_REFRESH_MARGIN: an access token is refreshed at most
+	// this long before it expires, and at most a tenth of its lifetime
+	// (OAuthGrant.RefreshMargin; default DefaultRefreshMargin).
 	Margin time.Duration
 	// Lease is how long a container may hold a connection's refresh lease
 	// (default 30s): a container that dies holding it blocks the
@@ -296,6 +297,7 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection, secretID str
 		g.RefreshToken = NewSecret(tok.RefreshToken)
 	}
 	g.AccessToken = NewSecret(tok.AccessToken)
+	g.AccessTokenIssuedAt = r.now().Truncate(time.Second)
 	g.AccessTokenExpiresAt = o.expiry(tok)
 	versionID, err := o.writeBack(ctx, cur.secretID, g)
 	if err != nil {
@@ -427,23 +429,20 @@ func (o *oauthRefresher) markUnauthorized(ctx context.Context, c Connection, ver
 // secret version versionID (why: its answer; code: a word for the summary)
 // and opens the connection's one connection_unauthorized conflict.
 func (o *oauthRefresher) recordUnauthorized(ctx context.Context, c Connection, versionID, why, code string) error {
-	summary := fmt.Sprintf("The %s connection needs to be reconnected: the provider refused its authorization (%s). Commands for it wait until the connection is reconnected.",
-		c.Provider, code)
 	// Detached from the lease's end: the refusal must be recorded, or the
 	// next container would present the refused grant again.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	// One transaction: the refused secret version and its conflict, and
-	// the connection's health (its hold and its Connection Unauthorized
-	// event, internal/health), which adopts that conflict.
+	// One transaction: the refused secret version, and the connection's
+	// health (internal/health, the one owner of its connection_unauthorized
+	// conflict): its hold, its conflict and its Connection Unauthorized
+	// event.
 	err := pgx.BeginFunc(mctx, o.cfg.DB, func(tx pgx.Tx) error {
-		var conflictID string
-		err := tx.QueryRow(mctx, markUnauthorizedSQL, c.ID, c.OrganizationID, c.Reference, versionID, why, summary).Scan(&conflictID)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) { // no row: its conflict is open already
+		if _, err := tx.Exec(mctx, markUnauthorizedSQL, c.ID, c.OrganizationID, c.Reference, versionID, why); err != nil {
 			return err
 		}
-		_, err = health.MarkUnauthorized(mctx, tx, health.Unauthorized{OrganizationID: c.OrganizationID,
-			ConnectionID: c.ID, Reason: why, Events: o.cfg.Events, ConflictID: conflictID})
+		_, err := health.MarkUnauthorized(mctx, tx, health.Unauthorized{OrganizationID: c.OrganizationID,
+			ConnectionID: c.ID, Reason: fmt.Sprintf("the provider refused its authorization (%s): %s", code, why), Events: o.cfg.Events})
 		return err
 	})
 	if err != nil {
@@ -481,20 +480,22 @@ func (r *Resolver) NeedsReauthorization(ctx context.Context, c Connection, why s
 	return true, nil
 }
 
-// clear clears c's state when versionID differs from the refused one,
-// resolves its conflicts and ends its hold (internal/health: its rows are
+// clear clears c's state when versionID differs from the refused one and
+// has internal/health end its hold and resolve its conflict (its rows are
 // claimed again; Connection Recovered follows its first delivery), in one
 // transaction.
 func (o *oauthRefresher) clear(ctx context.Context, organizationID, connectionID, versionID string) (cleared, resolved int64, err error) {
 	err = pgx.BeginFunc(ctx, o.cfg.DB, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, clearUnauthorizedSQL, connectionID, versionID,
-			"The connection was reconnected: its secret has a new version.").Scan(&cleared, &resolved); err != nil {
-			return err
-		}
-		if cleared == 0 {
+		var org string
+		err := tx.QueryRow(ctx, clearUnauthorizedSQL, connectionID, versionID).Scan(&org)
+		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
-		_, err := health.Reauthorized(ctx, tx, organizationID, connectionID)
+		if err != nil {
+			return err
+		}
+		cleared = 1
+		_, resolved, err = health.Reauthorized(ctx, tx, organizationID, connectionID, ReconnectedReason)
 		return err
 	})
 	if err != nil {
@@ -502,6 +503,10 @@ func (o *oauthRefresher) clear(ctx context.Context, organizationID, connectionID
 	}
 	return cleared, resolved, nil
 }
+
+// ReconnectedReason is the resolution_reason of the connection_unauthorized
+// conflict of a connection the host reconnected.
+const ReconnectedReason = "The connection was reconnected: its secret has a new version."
 
 // CheckReauthorized resumes the connections that need reauthorization and
 // whose secret has a new AWSCURRENT version (the host reconnected them): it

@@ -162,7 +162,10 @@ func (f *oauthFixture) crashAfterTokenCall(t *testing.T) *Resolver {
 
 // TestOAuthFleetRefreshesOneAtATime: four containers deliver 300 commands
 // of one connection, in bursts of four, over 140 simulated seconds (35 s of wall clock at 4×)
-// while its access token lives 20 simulated seconds. Each command resolves
+// while its access token lives 20 simulated seconds, less than the default
+// refresh margin (2 minutes): the margin shrinks to a tenth of the
+// lifetime, so the token is refreshed once per life and not on every
+// call (what a fixed 2-minute margin did). Each command resolves
 // the credential and has the server introspect the access token; a token
 // the server no longer accepts (fosite revokes a grant's access tokens on
 // each refresh) is invalidated and resolved once more, as the push worker
@@ -185,14 +188,15 @@ func TestOAuthFleetRefreshesOneAtATime(t *testing.T) {
 	// The consent flow's token was stamped by the real clock; restamp it
 	// by the scaled one so that its first refresh is due after a lifetime.
 	g, _ := f.storedGrant(t)
-	g.AccessTokenExpiresAt = clock.Now().Add(lifetime).Truncate(time.Second)
+	g.AccessTokenIssuedAt = clock.Now().Truncate(time.Second)
+	g.AccessTokenExpiresAt = g.AccessTokenIssuedAt.Add(lifetime)
 	if _, err := f.sm.PutSecretValue(context.Background(), &secretsmanager.PutSecretValueInput{
 		SecretId: aws.String(f.arn), SecretString: aws.String(g.secretString())}); err != nil {
 		t.Fatal(err)
 	}
 	fleet := make([]*Resolver, containers)
 	for i := range fleet {
-		fleet[i] = f.container(t, clock.Now, OAuthConfig{Margin: time.Second})
+		fleet[i] = f.container(t, clock.Now, OAuthConfig{}) // the default margin, longer than the lifetime
 	}
 
 	// Commands come in bursts, one per container, so that the containers
@@ -257,7 +261,9 @@ func TestOAuthFleetRefreshesOneAtATime(t *testing.T) {
 	if n := f.server.refusedCount(); n != 0 {
 		t.Errorf("the server refused %d refresh tokens: a spent one was presented and the grant revoked", n)
 	}
-	if limit := int64(simulated/lifetime) + 1; refreshes > limit || refreshes == 0 {
+	// A token is used until a tenth of its life is left: one refresh per
+	// nine tenths of a lifetime, the first one's included.
+	if limit := int64(simulated/(lifetime-lifetime/RefreshMarginFraction)) + 1; refreshes > limit || refreshes == 0 {
 		t.Errorf("%d token refreshes in %s with a %s lifetime, want 1 to %d", refreshes, simulated, lifetime, limit)
 	}
 	if writes != refreshes {
@@ -578,5 +584,33 @@ func TestNeedsReauthorizationAfterACallRefusesTheGrant(t *testing.T) {
 	static.Reference = name
 	if recorded, err := r.NeedsReauthorization(ctx, static, "403"); err != nil || recorded {
 		t.Errorf("NeedsReauthorization of a static token = %v, %v; want nothing recorded", recorded, err)
+	}
+}
+
+// TestAShortTokenWrittenWithoutItsIssueTimeIsNotRefreshedAtOnce: a secret
+// the host wrote itself, without accessTokenIssuedAt, holding a token that
+// lives 20 s from the write: the secret version's creation stands in for
+// its issue, so its margin is 2 s and it is used, not refreshed on every
+// resolve as a fixed 2-minute margin would.
+func TestAShortTokenWrittenWithoutItsIssueTimeIsNotRefreshedAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setupOAuth(t, newAuthServer(t, time.Hour))
+	g, _ := f.storedGrant(t)
+	g.AccessTokenIssuedAt = time.Time{}
+	g.AccessTokenExpiresAt = time.Now().Add(20 * time.Second).Truncate(time.Second)
+	if _, err := f.sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{
+		SecretId: aws.String(f.arn), SecretString: aws.String(g.secretString())}); err != nil {
+		t.Fatal(err)
+	}
+	r := f.container(t, nil, OAuthConfig{})
+	for range 5 {
+		cred, err := r.ResolveConnection(ctx, f.conn)
+		if err != nil || cred.Token.Reveal() != g.AccessToken.Reveal() {
+			t.Fatalf("resolve = %v: want the stored token, 20 s from its expiry", err)
+		}
+	}
+	if n := f.server.refreshCount(); n != 0 {
+		t.Errorf("%d token calls for a token 20 s from its expiry, want none (its margin is a tenth of its life)", n)
 	}
 }

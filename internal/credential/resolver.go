@@ -338,6 +338,13 @@ func (r *Resolver) load(ctx context.Context, reference string) (cacheEntry, erro
 		return cacheEntry{}, rejected(reference, err)
 	}
 	e.versionID = aws.ToString(val.VersionId)
+	if g := e.credential.OAuth; g != nil && g.AccessTokenIssuedAt.IsZero() && val.CreatedDate != nil &&
+		val.CreatedDate.Before(g.AccessTokenExpiresAt) {
+		// A secret written without "accessTokenIssuedAt" (by the host's
+		// own consent flow): its version's creation is when its access
+		// token was obtained, at the latest.
+		g.AccessTokenIssuedAt = val.CreatedDate.Truncate(time.Second)
+	}
 	r.store(reference, e, epoch)
 	r.log.DebugContext(ctx, "credential fetched", "reference", reference, "organizationTagged", e.tagged, "ttl", r.ttl)
 	return e, nil

@@ -58,6 +58,12 @@ type Reconnections interface {
 	CheckReauthorized(ctx context.Context) (resumed int, err error)
 }
 
+// LimitResets resolves the daily limit conflicts of the connections whose
+// pause has ended (pace.Pacer.ResolveEndedLimits).
+type LimitResets interface {
+	ResolveEndedLimits(ctx context.Context) (int64, error)
+}
+
 // Config configures a Dispatcher.
 type Config struct {
 	Routes      Routes
@@ -82,6 +88,10 @@ type Config struct {
 	// (credential.Resolver.CheckReauthorized), once per run before it
 	// claims.
 	Reconnections Reconnections
+	// LimitResets, when set, resolves once per run the
+	// connection_limit_reached conflicts of connections whose provider's
+	// daily limit has reset (their pause ended).
+	LimitResets LimitResets
 	// RoomWait is how long a run waits before claiming again when an
 	// in-flight cap held due rows back (rows in flight finish and make
 	// room), or when a row it sent has due commands of its entity behind it
@@ -177,6 +187,13 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (s Summary, err error
 			log.WarnContext(ctx, "could not check the connections needing reauthorization", "error", err.Error())
 		} else if n > 0 {
 			log.InfoContext(ctx, "connections reconnected by the host resume", "count", n)
+		}
+	}
+	if d.cfg.LimitResets != nil {
+		if n, err := d.cfg.LimitResets.ResolveEndedLimits(ctx); err != nil {
+			log.WarnContext(ctx, "could not resolve the daily limit conflicts of connections no longer paused", "error", err.Error())
+		} else if n > 0 {
+			log.InfoContext(ctx, "connections whose daily limit reset resume", "count", n)
 		}
 	}
 	if n, err := d.store.DeadLetterExpired(ctx, scope); err != nil {

@@ -70,7 +70,7 @@ func TestMarkUnauthorizedHoldsTheConnectionUntilItDeliversAgain(t *testing.T) {
 		t.Errorf("another organization's connection: %v, want ErrNoConnection", err)
 	}
 
-	if ok, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn); err != nil || !ok {
+	if ok, _, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn, ""); err != nil || !ok {
 		t.Fatalf("reauthorized %v: %v", ok, err)
 	}
 	if claims := w.attempt(t, 10, true); len(claims) != 3 {
@@ -131,7 +131,7 @@ func TestMarkUnauthorizedAdoptsTheCallersConflict(t *testing.T) {
 	if n := w.conflicts(t, "connection_unauthorized", "open"); n != 1 {
 		t.Fatalf("%d open connection_unauthorized conflicts, want the caller's one", n)
 	}
-	if _, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn); err != nil {
+	if _, _, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn, ""); err != nil {
 		t.Fatal(err)
 	}
 	w.attempt(t, 1, true)
@@ -139,6 +139,31 @@ func TestMarkUnauthorizedAdoptsTheCallersConflict(t *testing.T) {
 	if err := w.f.Pool.QueryRow(ctx, `select status from external_integration_conflicts where id = $1`, own).Scan(&status); err != nil || status != "resolved" {
 		t.Fatalf("the caller's conflict is %q (%v), want resolved", status, err)
 	}
+	if got := w.publish(t); len(got[event.ConnectionUnauthorized]) != 1 || len(got[event.ConnectionRecovered]) != 1 {
+		t.Fatalf("delivered %v, want one Connection Unauthorized and one Connection Recovered", got)
+	}
+}
+
+// Reconnected by the host: Reauthorized with a resolution ends the hold and
+// resolves the conflict MarkUnauthorized opened, at once; the first call
+// that goes through then writes Connection Recovered.
+func TestReauthorizedWithAResolutionResolvesTheConflictAtOnce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, defaults())
+	ctx := context.Background()
+	w.commands(t, 1)
+	if marked, err := health.MarkUnauthorized(ctx, w.f.Pool, health.Unauthorized{OrganizationID: w.org, ConnectionID: w.conn,
+		Reason: "invalid_grant", Events: true}); err != nil || !marked {
+		t.Fatalf("marked %v: %v", marked, err)
+	}
+	ended, resolved, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn, "The connection was reconnected.")
+	if err != nil || !ended || resolved != 1 {
+		t.Fatalf("Reauthorized = %v, %d, %v; want the hold ended and one conflict resolved", ended, resolved, err)
+	}
+	if n := w.conflicts(t, "connection_unauthorized", "resolved"); n != 1 {
+		t.Fatalf("%d resolved connection_unauthorized conflicts, want 1", n)
+	}
+	w.attempt(t, 1, true)
 	if got := w.publish(t); len(got[event.ConnectionUnauthorized]) != 1 || len(got[event.ConnectionRecovered]) != 1 {
 		t.Fatalf("delivered %v, want one Connection Unauthorized and one Connection Recovered", got)
 	}

@@ -31,6 +31,8 @@ var (
 	reserveSQL     = statement("reserve")
 	pauseSQL       = statement("pause")
 	pausedUntilSQL = statement("paused_until")
+	limitUsedUpSQL = statement("limit_used_up")
+	resolveLimits  = statement("resolve_limits")
 )
 
 // statement is sql/<name>.sql without its leading comment.
@@ -77,21 +79,30 @@ func (b *Busy) Error() string {
 // perMinute calls a minute and returns at that slot's time. A slot further
 // than maxWait away is not taken: Wait returns a *Busy at once. perMinute 0
 // means no limit: Wait returns at once unless the connection is paused.
+//
+// Slots are handed out ahead, so a pause (a 429 another container got) may
+// be written while a caller sleeps to its slot: after the sleep Wait looks
+// again, and when a pause now covers the slot it returns that pause's
+// *Busy instead of letting the call start inside it. The slot is then
+// spent, which only spaces the calls after the pause further apart.
 func (p *Pacer) Wait(ctx context.Context, c Connection, perMinute int, maxWait time.Duration) error {
 	slot, err := p.Reserve(ctx, c, perMinute, maxWait)
 	if err != nil {
 		return err
 	}
+	if slot.IsZero() {
+		return nil // no limit: Reserve checked the pause just now
+	}
 	if err := p.sleep(ctx, time.Until(slot)); err != nil {
 		return fmt.Errorf("waiting for a call slot of connection %s: %w", c.ID, err)
 	}
-	return nil
+	return p.checkPause(ctx, c, slot)
 }
 
 // Reserve is Wait without the wait: it takes the slot and returns its time.
 func (p *Pacer) Reserve(ctx context.Context, c Connection, perMinute int, maxWait time.Duration) (time.Time, error) {
 	if perMinute <= 0 {
-		return time.Time{}, p.checkPause(ctx, c)
+		return time.Time{}, p.checkPause(ctx, c, time.Time{})
 	}
 	interval := time.Minute / time.Duration(perMinute)
 	var (
@@ -105,7 +116,7 @@ func (p *Pacer) Reserve(ctx context.Context, c Connection, perMinute int, maxWai
 		return time.Time{}, fmt.Errorf("taking a call slot of connection %s: %w", c.ID, err)
 	}
 	if !reserved {
-		if err := p.checkPause(ctx, c); err != nil {
+		if err := p.checkPause(ctx, c, time.Time{}); err != nil {
 			return time.Time{}, err
 		}
 		return time.Time{}, &Busy{Until: slot}
@@ -113,13 +124,17 @@ func (p *Pacer) Reserve(ctx context.Context, c Connection, perMinute int, maxWai
 	return slot, nil
 }
 
-// checkPause returns a *Busy when the connection is paused.
-func (p *Pacer) checkPause(ctx context.Context, c Connection) error {
+// checkPause returns a *Busy when the connection is paused past after (the
+// zero time: paused at all).
+func (p *Pacer) checkPause(ctx context.Context, c Connection, after time.Time) error {
 	var (
 		until  time.Time
 		reason string
 	)
-	err := p.db.QueryRow(ctx, pausedUntilSQL, pgx.NamedArgs{"connection_id": c.ID}).Scan(&until, &reason)
+	if after.IsZero() {
+		after = time.Unix(0, 0)
+	}
+	err := p.db.QueryRow(ctx, pausedUntilSQL, pgx.NamedArgs{"connection_id": c.ID, "after": after}).Scan(&until, &reason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -138,6 +153,43 @@ func (p *Pacer) Pause(ctx context.Context, c Connection, until time.Time, reason
 		return fmt.Errorf("pausing connection %s: %w", c.ID, err)
 	}
 	return nil
+}
+
+// LimitUsedUp is Pause for a provider's daily call limit used up (Xero's
+// X-Rate-Limit-Problem: day): the connection pauses until the limit resets,
+// and one connection_limit_reached conflict (summary: what the host's back
+// office shows, e.g. "Xero's daily limit is used up until …") opens, unless
+// the connection has one open or another container opened it for this
+// pause. It returns the id of the conflict it opened, or "".
+func (p *Pacer) LimitUsedUp(ctx context.Context, c Connection, until time.Time, reason, summary string) (string, error) {
+	var (
+		conflictID *string
+		paused     bool
+	)
+	if err := p.db.QueryRow(ctx, limitUsedUpSQL, pgx.NamedArgs{
+		"connection_id": c.ID, "organization_id": c.OrganizationID, "until": until, "reason": reason, "summary": summary,
+	}).Scan(&conflictID, &paused); err != nil {
+		return "", fmt.Errorf("pausing connection %s for its daily limit: %w", c.ID, err)
+	}
+	if conflictID == nil {
+		return "", nil
+	}
+	return *conflictID, nil
+}
+
+// LimitResetReason is the resolution_reason of a connection_limit_reached
+// conflict resolved because its pause ended.
+const LimitResetReason = "The provider's daily limit has reset: the connection's commands are delivered again."
+
+// ResolveEndedLimits resolves the open connection_limit_reached conflicts
+// of connections whose pause has ended, and returns how many. The dispatch
+// function calls it once per run.
+func (p *Pacer) ResolveEndedLimits(ctx context.Context) (int64, error) {
+	var n int64
+	if err := p.db.QueryRow(ctx, resolveLimits, pgx.NamedArgs{"reason": LimitResetReason}).Scan(&n); err != nil {
+		return 0, fmt.Errorf("resolving the daily limit conflicts of connections no longer paused: %w", err)
+	}
+	return n, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

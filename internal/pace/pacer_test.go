@@ -170,3 +170,49 @@ func TestAPauseStopsEveryContainersCallsUntilItEnds(t *testing.T) {
 		t.Errorf("after the pause: %v", err)
 	}
 }
+
+// A caller asleep to a slot it took before another container's 429 paused
+// the connection does not call inside the pause: after its sleep it finds
+// the pause covering its slot and gets the pause's *Busy. A slot taken
+// after the pause (its end, or later) is not stopped by it.
+func TestASlotTakenBeforeAPauseDoesNotCallInsideIt(t *testing.T) {
+	t.Parallel()
+	f := pg.NewDB(t)
+	conn := pace.Connection{ID: f.NewID(t), OrganizationID: f.NewID(t)}
+	ps := containers(t, f.URL, 2)
+	ctx := context.Background()
+	// 120 a minute: the first call now, the second one half a second later.
+	if err := ps[0].Wait(ctx, conn, 120, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := ps[1].Reserve(ctx, conn, 120, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- ps[1].Wait(ctx, conn, 120, time.Second) }() // the third slot, a second off
+	// The first call's answer: a 429 pausing the connection for 30 s.
+	until := time.Now().Add(30 * time.Second)
+	if err := ps[0].Pause(ctx, conn, until, "429 (X-Rate-Limit-Problem: minute)"); err != nil {
+		t.Fatal(err)
+	}
+	err = <-waited
+	var busy *pace.Busy
+	if !errors.As(err, &busy) || !busy.Paused || busy.Until.Before(until.Add(-time.Millisecond)) {
+		t.Fatalf("a slot taken before the pause, reached inside it: %v; want the pause's Busy until %v", err, until)
+	}
+	if !slot.Before(until) {
+		t.Fatalf("the second slot %v is not inside the pause ending %v", slot, until)
+	}
+
+	// After a pause that has ended, a slot taken at its end calls.
+	g := pg.NewDB(t)
+	conn2 := pace.Connection{ID: g.NewID(t), OrganizationID: g.NewID(t)}
+	qs := containers(t, g.URL, 1)
+	if err := qs[0].Pause(ctx, conn2, time.Now().Add(300*time.Millisecond), "429"); err != nil {
+		t.Fatal(err)
+	}
+	if err := qs[0].Wait(ctx, conn2, 120, time.Second); err != nil {
+		t.Errorf("a slot at the end of the pause: %v, want the call to go", err)
+	}
+}

@@ -88,6 +88,16 @@ type PurchaseOrderPusher interface {
 	PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error)
 }
 
+// PurchaseOrderChecker is a PurchaseOrderPusher that can tell, without
+// calling anyone, that PushPurchaseOrder would refuse the push before any
+// call (bad config_json, a payload it can never send, no access token):
+// the push worker asks it before it takes a call slot of the connection,
+// so a refused command uses none. A nil error says nothing more than that
+// the call would be made.
+type PurchaseOrderChecker interface {
+	CheckPurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) error
+}
+
 // ErrorKind classifies a provider failure where it is born.
 type ErrorKind int
 
@@ -138,6 +148,11 @@ type Error struct {
 	// container calls it, and the claim takes none of its rows, until
 	// RetryAfter has passed; the attempt is not charged.
 	PauseConnection bool
+	// DailyLimit is set, with PauseConnection, when the provider's daily
+	// call limit of the connection is used up (Xero's X-Rate-Limit-Problem:
+	// day): the pause lasts until it resets (RetryAfter, up to a day), and
+	// the host is told with a connection_limit_reached conflict.
+	DailyLimit bool
 	// Message says what happened; it may quote the response body (truncated)
 	// and must never contain a secret value.
 	Message string

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"integration-outbox/internal/credential"
@@ -215,24 +216,38 @@ func quickBooksBody(cfg QuickBooksConnectionConfig, cmd PurchaseOrderPush, doc *
 	return body, nil
 }
 
+// prepare is what PushPurchaseOrder settles before any call: the
+// connection's config, the request body and the Authorization header.
+func (q *QuickBooks) prepare(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (QuickBooksConnectionConfig, []byte, string, error) {
+	cfg, err := ParseQuickBooksConfig(conn.Config, q.c.cfg.AllowPrivateNetworks)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	if cmd.IdempotencyKey == "" {
+		return cfg, nil, "", payloadError("idempotency_key: missing or empty")
+	}
+	body, err := quickBooksBody(cfg, cmd, cmd.Document)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	auth, err := bearer(NameQuickBooks, cred)
+	return cfg, body, auth, err
+}
+
+// CheckPurchaseOrder returns the error PushPurchaseOrder would return
+// before any call (provider.PurchaseOrderChecker).
+func (q *QuickBooks) CheckPurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) error {
+	_, _, _, err := q.prepare(conn, cred, cmd)
+	return err
+}
+
 // PushPurchaseOrder creates the order in QuickBooks Online, or updates the
 // purchase order an earlier push created (cmd.Document) with a sparse
 // update. When that update finds the SyncToken stale (error 5010), it reads
 // the purchase order's current SyncToken once and tries once more. Every
 // failure is an *Error whose text never contains a value of cred.
 func (q *QuickBooks) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
-	cfg, err := ParseQuickBooksConfig(conn.Config, q.c.cfg.AllowPrivateNetworks)
-	if err != nil {
-		return Result{}, err
-	}
-	if cmd.IdempotencyKey == "" {
-		return Result{}, payloadError("idempotency_key: missing or empty")
-	}
-	body, err := quickBooksBody(cfg, cmd, cmd.Document)
-	if err != nil {
-		return Result{}, err
-	}
-	auth, err := bearer(NameQuickBooks, cred)
+	cfg, body, auth, err := q.prepare(conn, cred, cmd)
 	if err != nil {
 		return Result{}, err
 	}
@@ -382,6 +397,11 @@ func (a qboAnswer) faultText() string {
 	return text
 }
 
+// quickBooksThrottleWindow is how long a throttled QuickBooks Online
+// connection pauses when the answer gives no Retry-After: its limits are
+// counted per minute (500 requests per company).
+const quickBooksThrottleWindow = time.Minute
+
 // failure classifies an answer that is not a success: a non-2xx status,
 // or a Fault in a 2xx, which is classified by its type as the status it
 // stands for would be. nil means success.
@@ -395,7 +415,14 @@ func (q *QuickBooks) failure(a answer, ans qboAnswer, cred credential.Credential
 		detail = quoteBody([]byte(detail), cred)
 	}
 	if !ok {
-		return q.c.statusError(a, detail, cred)
+		e := q.c.statusError(a, detail, cred)
+		if e.PauseConnection && e.RetryAfter == 0 {
+			// Intuit's throttling (ThrottleExceeded, 003001) counts the
+			// requests of a company per minute and sends no Retry-After:
+			// the next minute is a fresh window.
+			e.RetryAfter = quickBooksThrottleWindow
+		}
+		return e
 	}
 	as := a
 	switch t := strings.ToLower(ans.Fault.Type); {

@@ -360,6 +360,12 @@ func rawResponseID(body []byte) string {
 // It returns 0 when absent, malformed or in the past, and caps the result
 // at maxRetryAfter.
 func parseRetryAfter(v string, now time.Time) time.Duration {
+	return parseRetryAfterUpTo(v, now, maxRetryAfter)
+}
+
+// parseRetryAfterUpTo is parseRetryAfter capped at maxRetryAfter instead:
+// a daily limit's Retry-After runs up to a day.
+func parseRetryAfterUpTo(v string, now time.Time, maxRetryAfter time.Duration) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0

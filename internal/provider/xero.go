@@ -1,12 +1,14 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"integration-outbox/internal/credential"
 )
@@ -172,22 +174,36 @@ func xeroBody(cfg XeroConnectionConfig, cmd PurchaseOrderPush) ([]byte, error) {
 	return body, nil
 }
 
+// prepare is what PushPurchaseOrder settles before any call: the
+// connection's config, the request body and the Authorization header.
+func (x *Xero) prepare(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (XeroConnectionConfig, []byte, string, error) {
+	cfg, err := ParseXeroConfig(conn.Config, x.c.cfg.AllowPrivateNetworks)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	if cmd.IdempotencyKey == "" {
+		return cfg, nil, "", payloadError("idempotency_key: missing or empty")
+	}
+	body, err := xeroBody(cfg, cmd)
+	if err != nil {
+		return cfg, nil, "", err
+	}
+	auth, err := bearer(NameXero, cred)
+	return cfg, body, auth, err
+}
+
+// CheckPurchaseOrder returns the error PushPurchaseOrder would return
+// before any call (provider.PurchaseOrderChecker).
+func (x *Xero) CheckPurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) error {
+	_, _, _, err := x.prepare(conn, cred, cmd)
+	return err
+}
+
 // PushPurchaseOrder creates the order in Xero, or updates the purchase
 // order an earlier push created (cmd.Document). Every failure is an *Error
 // whose text never contains a value of cred.
 func (x *Xero) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
-	cfg, err := ParseXeroConfig(conn.Config, x.c.cfg.AllowPrivateNetworks)
-	if err != nil {
-		return Result{}, err
-	}
-	if cmd.IdempotencyKey == "" {
-		return Result{}, payloadError("idempotency_key: missing or empty")
-	}
-	body, err := xeroBody(cfg, cmd)
-	if err != nil {
-		return Result{}, err
-	}
-	auth, err := bearer(NameXero, cred)
+	cfg, body, auth, err := x.prepare(conn, cred, cmd)
 	if err != nil {
 		return Result{}, err
 	}
@@ -235,6 +251,10 @@ type xeroAnswer struct {
 	Title  string
 	Detail string
 }
+
+// xeroDayLimitPause caps the pause after Xero's daily limit: the
+// Retry-After of a "day" problem names the limit's reset, up to a day off.
+const xeroDayLimitPause = 24 * time.Hour
 
 // interpret maps Xero's answer to a Result or an *Error.
 func (x *Xero) interpret(a answer, cred credential.Credential) (Result, error) {
@@ -287,8 +307,21 @@ func (x *Xero) interpret(a answer, cred credential.Credential) (Result, error) {
 	}
 	e := x.c.statusError(a, detail, cred)
 	if a.status == http.StatusTooManyRequests {
-		if problem := a.header.Get("X-Rate-Limit-Problem"); problem != "" {
+		problem := strings.TrimSpace(a.header.Get("X-Rate-Limit-Problem"))
+		remaining := strings.TrimSpace(a.header.Get("X-DayLimit-Remaining"))
+		if problem != "" {
 			e.Message += " (rate limit: " + quoteBody([]byte(problem), cred) + ")"
+		}
+		if strings.EqualFold(problem, "day") || problem == "" && remaining == "0" {
+			// The tenant's 5,000 calls of the day are spent: wait for the
+			// reset Xero names, however far, instead of knocking every hour.
+			e.DailyLimit = true
+			e.RetryAfter = parseRetryAfterUpTo(a.header.Get("Retry-After"), x.c.cfg.Clock(), xeroDayLimitPause)
+			if e.RetryAfter == 0 {
+				e.RetryAfter = time.Hour
+			}
+			e.Message = "xero's daily call limit of the tenant is used up (X-DayLimit-Remaining: " +
+				quoteBody([]byte(cmp.Or(remaining, "not given")), cred) + "): " + e.Message
 		}
 	}
 	return Result{}, e

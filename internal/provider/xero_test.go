@@ -117,6 +117,7 @@ func TestXeroAnswers(t *testing.T) {
 		auth       bool
 		reauth     bool
 		pause      bool
+		daily      bool
 		retryAfter time.Duration
 		says       []string
 	}{
@@ -131,8 +132,16 @@ func TestXeroAnswers(t *testing.T) {
 		{name: "minute limit", reply: reply{status: 429, file: "xero/rate_limited_429.json",
 			header: map[string]string{"Retry-After": "37", "X-Rate-Limit-Problem": "minute"}},
 			kind: Retryable, pause: true, retryAfter: 37 * time.Second, says: []string{"xero answered 429", "rate limit: minute"}},
-		{name: "day limit", reply: reply{status: 429, header: map[string]string{"Retry-After": "86400", "X-Rate-Limit-Problem": "day"}},
-			kind: Retryable, pause: true, retryAfter: time.Hour, says: []string{"rate limit: day"}},
+		{name: "day limit", reply: reply{status: 429, file: "xero/rate_limited_429.json",
+			header: map[string]string{"Retry-After": "50400", "X-Rate-Limit-Problem": "day", "X-DayLimit-Remaining": "0"}},
+			kind: Retryable, pause: true, daily: true, retryAfter: 14 * time.Hour,
+			says: []string{"rate limit: day", "daily call limit of the tenant is used up", "X-DayLimit-Remaining: 0"}},
+		{name: "day limit without Retry-After", reply: reply{status: 429, header: map[string]string{"X-Rate-Limit-Problem": "day"}},
+			kind: Retryable, pause: true, daily: true, retryAfter: time.Hour, says: []string{"daily call limit"}},
+		{name: "day limit, Retry-After past a day", reply: reply{status: 429, header: map[string]string{"Retry-After": "999999", "X-Rate-Limit-Problem": "day"}},
+			kind: Retryable, pause: true, daily: true, retryAfter: 24 * time.Hour},
+		{name: "concurrent limit", reply: reply{status: 429, header: map[string]string{"Retry-After": "1", "X-Rate-Limit-Problem": "concurrent", "X-DayLimit-Remaining": "4211"}},
+			kind: Retryable, pause: true, retryAfter: time.Second, says: []string{"rate limit: concurrent"}},
 		{name: "server error", reply: reply{status: 500, file: "xero/server_error_500.json"}, kind: Retryable,
 			says: []string{"xero answered 500", "An error occurred"}},
 		{name: "unavailable", reply: reply{status: 503, header: map[string]string{"Retry-After": "5"}}, kind: Retryable, retryAfter: 5 * time.Second},
@@ -151,7 +160,7 @@ func TestXeroAnswers(t *testing.T) {
 				e = asError(t, err)
 			}
 			if e.Kind != tt.kind || e.AuthFailed != tt.auth || e.NeedsReauthorization != tt.reauth || e.PauseConnection != tt.pause ||
-				e.RetryAfter != tt.retryAfter || e.StatusCode != tt.reply.status {
+				e.DailyLimit != tt.daily || e.RetryAfter != tt.retryAfter || e.StatusCode != tt.reply.status {
 				t.Errorf("error = %+v", e)
 			}
 			for _, s := range tt.says {

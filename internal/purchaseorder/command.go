@@ -125,6 +125,11 @@ func (c *Command) delivery(j outbox.Job, o loadedOrder) push.Delivery {
 			return provider.Result{}, err
 		}
 		return res, nil
+	}, Check: func(p provider.Provider, conn provider.Connection, cred credential.Credential) error {
+		if c, ok := p.(provider.PurchaseOrderChecker); ok {
+			return c.CheckPurchaseOrder(conn, cred, cmd)
+		}
+		return nil
 	}}
 }
 

@@ -105,3 +105,59 @@ func TestQuickBooksFaultInA200IsRejectedThroughTheWorker(t *testing.T) {
 		t.Errorf("requests %v", uris(reqs))
 	}
 }
+
+// TestACommandRefusedBeforeAnyCallTakesNoCallSlot: a Xero command whose
+// supplier id is not a GUID, and one with a line without an account, end
+// in dead_letter (payload_invalid) without a call and without taking a
+// call slot of the connection (one a minute here): the next command still
+// finds the connection's first slot free.
+func TestACommandRefusedBeforeAnyCallTakesNoCallSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *options) { o.paced = true })
+	rc := documented(t, "200 xero/created.json")
+	ref := secret(t, `{"token":"xero-access-token"}`, b.org)
+	// No default account: a line without a mapped account is refused.
+	ids := b.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{
+		Connection: testenv.ConnectionOpts{OrganizationID: b.org, Provider: "xero", CredentialReference: ref,
+			Config: map[string]any{"tenantId": "tenant-7", "apiBaseUrl": rc.URL, "callsPerMinute": 1}},
+		Command: testenv.CommandOpts{Payload: map[string]string{"externalSupplierId": "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"}}})
+	notGUID := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: ids.ConnectionID, Provider: "xero",
+		EntityID: b.f.PurchaseOrder(t, b.org, "", 1), Payload: map[string]string{"externalSupplierId": "SUP-1"}})
+	b.handle(t, b.claim(t, 10))
+	for id, says := range map[string]string{ids.CommandID: "account", notGUID: `"SUP-1" is not a Xero ContactID`} {
+		var conflict string
+		if err := b.f.Pool.QueryRow(context.Background(), `select conflict_type from external_integration_conflicts
+			where outbox_id = $1`, id).Scan(&conflict); err != nil {
+			t.Fatal(err)
+		}
+		if r := b.f.Row(t, id); r.Status != "dead_letter" || conflict != "payload_invalid" || !strings.Contains(deref(r.LastError), says) {
+			t.Errorf("row %s = %s (%s), last_error %q; want dead_letter, payload_invalid, saying %q", id, r.Status, conflict, deref(r.LastError), says)
+		}
+	}
+	var slotsTaken int
+	if err := b.f.Pool.QueryRow(context.Background(), `select count(*) from integration_outbox_connection_pace
+		where connection_id = $1 and next_call_at > now()`, ids.ConnectionID).Scan(&slotsTaken); err != nil {
+		t.Fatal(err)
+	}
+	if slotsTaken != 0 {
+		t.Errorf("the refused commands took the connection's call slots")
+	}
+	if reqs := rc.Requests(); len(reqs) != 0 {
+		t.Errorf("requests %v, want none", uris(reqs))
+	}
+
+	// A command that will be sent takes the first slot, at once.
+	po := b.f.PurchaseOrder(t, b.org, "", 1)
+	var item string
+	if err := b.f.Pool.QueryRow(context.Background(), `select stock_item_id::text from purchase_order_lines
+		where purchase_order_id = $1`, po).Scan(&item); err != nil {
+		t.Fatal(err)
+	}
+	mapped := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: ids.ConnectionID, Provider: "xero",
+		EntityID: po, Payload: map[string]any{"externalSupplierId": "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+			"items": map[string]any{item: map[string]string{"accountCode": "300"}}}})
+	b.handle(t, b.claim(t, 10))
+	if r := b.f.Row(t, mapped); r.Status != "completed" {
+		t.Errorf("the next command is %s, last_error %q; want completed in the connection's first slot", r.Status, deref(r.LastError))
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"integration-outbox/internal/backoff"
 	"integration-outbox/internal/config"
 	"integration-outbox/internal/credential"
+	"integration-outbox/internal/event"
 	"integration-outbox/internal/hostschema"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/message"
@@ -60,6 +61,7 @@ const ReauthorizationRecheck = time.Minute
 type Pacer interface {
 	Wait(ctx context.Context, c pace.Connection, perMinute int, maxWait time.Duration) error
 	Pause(ctx context.Context, c pace.Connection, until time.Time, reason string) error
+	LimitUsedUp(ctx context.Context, c pace.Connection, until time.Time, reason, summary string) (conflictID string, err error)
 }
 
 // Command is what one command type brings to the worker.
@@ -84,6 +86,11 @@ type Delivery struct {
 	// Send calls p (a provider the command Supports) with the job's
 	// request. Every failure should be a *provider.Error.
 	Send func(ctx context.Context, p provider.Provider, conn provider.Connection, cred credential.Credential) (provider.Result, error)
+	// Check, when set, returns the error Send would return before any
+	// call (provider.PurchaseOrderChecker): the worker asks it before it
+	// takes a call slot of the connection, so that a job refused without a
+	// call uses none.
+	Check func(p provider.Provider, conn provider.Connection, cred credential.Credential) error
 	// Refusal, when set, ends the job in dead_letter with no provider call:
 	// its entity is missing, or its payload can never be sent.
 	Refusal *Refusal
@@ -98,6 +105,12 @@ type Refusal struct {
 // Refuse returns the Delivery of a job that cannot be sent.
 func Refuse(conflict outbox.ConflictType, reason string) Delivery {
 	return Delivery{Refusal: &Refusal{Conflict: conflict, Reason: reason}}
+}
+
+// EventPublisher publishes the events the outbox statements recorded (an
+// *event.Publisher).
+type EventPublisher interface {
+	PublishPending(ctx context.Context) (event.Published, error)
 }
 
 // Config configures a Worker.
@@ -115,6 +128,11 @@ type Config struct {
 	// RetryDelay, when set, replaces backoff.Delay (the overload scenarios
 	// scale time down with it).
 	RetryDelay func(attempts int, retryAfter time.Duration, jitter float64) time.Duration
+	// Events, when set (EVENT_BUS_NAME), publishes right after the record
+	// the events it may have written (a command failing or dead-lettered,
+	// a connection failing, disabled or unauthorized), so the host hears of
+	// them in seconds; the dispatch run publishes whatever this missed.
+	Events EventPublisher
 	// Metrics receives EMF lines per batch (nil: none).
 	Metrics *metrics.Emitter
 	// Pacer paces the calls of providers with limits (provider.Limited)
@@ -253,6 +271,7 @@ func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEven
 		return resp, nil
 	}
 	stats.add(results, recorded)
+	w.publishEvents(ctx, log, results)
 	for _, r := range results {
 		if o := r.outcome; !recorded[o.OutboxID] {
 			log.WarnContext(ctx, "result not recorded: the claim is no longer current",
@@ -505,6 +524,11 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 				return w.retryable(job, err.Error(), 0), nil
 			}
 		}
+		if ld.Check != nil {
+			if err := ld.Check(p, pconn, cred); err != nil {
+				return w.outcome(job, provider.Result{}, err), cred.Values()
+			}
+		}
 		if err := w.pace(ctx, p, pconn); err != nil {
 			var busy *pace.Busy
 			if errors.As(err, &busy) {
@@ -593,13 +617,70 @@ func (w *Worker) pause(ctx context.Context, log jobLogger, conn provider.Connect
 	wait := cmp.Or(perr.RetryAfter, DefaultPause)
 	if w.cfg.Pacer != nil {
 		c := pace.Connection{ID: conn.ID, OrganizationID: conn.OrganizationID}
-		if pauseErr := w.cfg.Pacer.Pause(ctx, c, time.Now().Add(wait), perr.Message); pauseErr != nil {
+		until := time.Now().Add(wait)
+		var pauseErr error
+		if perr.DailyLimit {
+			var conflictID string
+			conflictID, pauseErr = w.cfg.Pacer.LimitUsedUp(ctx, c, until, perr.Message, dailyLimitSummary(conn.Provider, until))
+			if conflictID != "" {
+				log.logAttrs(ctx, slog.LevelWarn, "the provider's daily limit of the connection is used up: it is paused until the limit resets",
+					slog.Time("until", until), slog.String("conflictId", conflictID))
+			}
+		} else {
+			pauseErr = w.cfg.Pacer.Pause(ctx, c, until, perr.Message)
+		}
+		if pauseErr != nil {
 			log.logAttrs(ctx, slog.LevelWarn, "could not pause the connection; its other rows may call the provider before the pause ends",
 				slog.String("error", pauseErr.Error()))
 		}
 	}
 	log.logAttrs(ctx, slog.LevelInfo, "the provider paused the connection", slog.Duration("for", wait))
 	return uncharged(err.Error(), wait)
+}
+
+// publishEvents publishes the pending events when the batch's record may
+// have written some: any result other than a delivery (a retry, a
+// dead letter, a held row). A batch of deliveries only writes Connection
+// Recovered after a failing period, which the next dispatch run publishes.
+// At least once: an event published here and not marked is sent again.
+func (w *Worker) publishEvents(ctx context.Context, log *slog.Logger, results []jobResult) {
+	if w.cfg.Events == nil {
+		return
+	}
+	wrote := false
+	for _, r := range results {
+		switch r.outcome.Status {
+		case outbox.StatusFailed, outbox.StatusDeadLetter:
+			wrote = true
+		}
+	}
+	if !wrote {
+		return
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eventPublishTimeout)
+	if dl, ok := ctx.Deadline(); ok {
+		cancel()
+		pctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
+	}
+	defer cancel()
+	p, err := w.cfg.Events.PublishPending(pctx)
+	if err != nil {
+		log.WarnContext(ctx, "publishing events failed; the next dispatch run sends them", "published", p.Sent, "error", err.Error())
+		return
+	}
+	if p.Sent > 0 {
+		log.InfoContext(ctx, "events published", "count", p.Sent)
+	}
+}
+
+// eventPublishTimeout bounds the publish after a batch without a deadline.
+const eventPublishTimeout = 5 * time.Second
+
+// dailyLimitSummary is the connection_limit_reached conflict's summary.
+func dailyLimitSummary(providerName string, until time.Time) string {
+	name := map[string]string{"xero": "Xero", "quickbooks": "QuickBooks Online"}[providerName]
+	return fmt.Sprintf("%s's daily limit is used up until %s: the connection's commands wait, no attempt used, and go on by themselves then.",
+		cmp.Or(name, providerName), until.UTC().Format("2006-01-02 15:04 MST"))
 }
 
 // errNoTimeLeft is a provider call that was not made: the invocation had no

@@ -21,6 +21,7 @@ import (
 	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/metrics/metricstest"
 	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/pace"
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/push"
@@ -79,6 +80,7 @@ type options struct {
 	timeout     time.Duration
 	metrics     io.Writer
 	logs        io.Writer // the worker's JSON logs; discarded when nil
+	paced       bool      // the worker paces limited providers' calls (pace.Pacer)
 }
 
 func setup(t *testing.T, opts ...func(*options)) bundle {
@@ -108,6 +110,12 @@ func setup(t *testing.T, opts ...func(*options)) bundle {
 		MaxAttempts: o.maxAttempts, ProviderTimeout: o.timeout,
 		Jitter:  func() float64 { return 0 },
 		Metrics: metricsTo(o.metrics),
+		Pacer: func() push.Pacer {
+			if o.paced {
+				return pace.NewPacer(f.Pool)
+			}
+			return nil
+		}(), PaceMaxWait: 20 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,9 @@ func NewOAuthServer(accessLifespan time.Duration) (*OAuthServer, error) {
 		return nil, err
 	}
 	store.Clients[a.clientID] = &fosite.DefaultClient{
-		ID: a.clientID, Secret: hash, RedirectURIs: []string{a.redirectURL},
+		// 127.0.0.1/callback: a native app's loopback redirect, any port
+		// (RFC 8252 7.3), as outboxctl connect uses it.
+		ID: a.clientID, Secret: hash, RedirectURIs: []string{a.redirectURL, "http://127.0.0.1/callback"},
 		ResponseTypes: []string{"code"}, GrantTypes: []string{"authorization_code", "refresh_token"},
 		Scopes: []string{"offline_access", "accounting"},
 	}
@@ -75,6 +77,10 @@ func NewOAuthServer(accessLifespan time.Duration) (*OAuthServer, error) {
 
 // Close stops the server.
 func (a *OAuthServer) Close() { a.srv.Close() }
+
+// AuthURL is the authorization endpoint, where the consent flow starts.
+// It grants every request at once: the consent is taken as given.
+func (a *OAuthServer) AuthURL() string { return a.srv.URL + "/auth" }
 
 // TokenURL is where connections refresh their tokens.
 func (a *OAuthServer) TokenURL() string { return a.srv.URL + "/token" }
