@@ -94,7 +94,7 @@ var ConflictStatuses = []string{"open", "resolved"}
 
 // ConflictTypes are the conflict_type values the worker writes.
 var ConflictTypes = []string{"provider_rejected", "credential_rejected", "configuration_invalid", "entity_not_found",
-	"payload_invalid", "connection_unauthorized", "connection_disabled", "connection_failing"}
+	"payload_invalid", "connection_unauthorized", "connection_disabled", "connection_failing", "connection_limit_reached"}
 
 // Severities are the severity values the worker writes.
 var Severities = []string{"high", "medium"}
