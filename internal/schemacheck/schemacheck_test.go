@@ -2,12 +2,16 @@ package schemacheck_test
 
 import (
 	"context"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
+	"integration-outbox/internal/hostschema"
 	"integration-outbox/internal/migrate"
+	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/schemacheck"
 	"integration-outbox/internal/testenv"
 )
@@ -67,4 +71,47 @@ func TestEveryStatementPreparesOnEveryHostShape(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every conflict type a statement writes, and every one the push records
+// (outbox.Conflict*), is declared (hostschema.ConflictTypes): the install
+// refuses a conflict_type column too short for the longest, so one left
+// out could be cut or refused on a host's varchar.
+func TestEveryConflictTypeWrittenIsDeclared(t *testing.T) {
+	t.Parallel()
+	written := map[string]bool{}
+	for _, c := range []outbox.ConflictType{outbox.ConflictProviderRejected, outbox.ConflictCredentialRejected,
+		outbox.ConflictConfigurationInvalid, outbox.ConflictEntityNotFound, outbox.ConflictPayloadInvalid} {
+		written[string(c)] = true
+	}
+	// The literals the statements insert into conflict_type: every quoted
+	// name in a statement that inserts conflicts, that reads like one.
+	literal := regexp.MustCompile(`'((?:connection|provider|credential|configuration|entity|payload)_[a-z_]+)'`)
+	for _, s := range schemacheck.Statements() {
+		if !strings.Contains(s.SQL, "insert into external_integration_conflicts") {
+			continue
+		}
+		for _, m := range literal.FindAllStringSubmatch(s.SQL, -1) {
+			if !isColumn(m[1]) { // integration_outbox_fit names its column
+				written[m[1]] = true
+			}
+		}
+	}
+	if len(written) < 8 {
+		t.Fatalf("found only %d conflict types: is the pattern reading the statements? %v", len(written), written)
+	}
+	for c := range written {
+		if !slices.Contains(hostschema.ConflictTypes, c) {
+			t.Errorf("conflict type %q is written but not in hostschema.ConflictTypes", c)
+		}
+	}
+}
+
+func isColumn(name string) bool {
+	for _, t := range hostschema.Tables {
+		if _, ok := t.Column(name); ok {
+			return true
+		}
+	}
+	return false
 }
