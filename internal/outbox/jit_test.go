@@ -36,6 +36,10 @@ select '00000000-0000-4000-8000-000000000001', '00000000-0000-4000-9000-00000000
     case when g % 104 <> 0 then now() end, now() - make_interval(secs => $1::int - g)
 from generate_series(1, $1::int) g`
 
+// followedOrder is the purchase order whose commands the followers shape
+// holds behind one in flight.
+const followedOrder = "00000000-0000-4000-a000-000000000001"
+
 // followersLoadSQL adds to the one-tenant shape a purchase order with one
 // command in flight and 10,000 queued commands behind it, older than every
 // other due row.
@@ -201,8 +205,9 @@ func hostCompiles(t *testing.T, f *testenv.Fixture) {
 // run them, in one transaction rolled back at the end (so the shape stays
 // as loaded): the sweep, the scheduled claim, the start and the record of
 // what it claimed, the listed claim of up to 50 other due rows and their
-// release.
-func runStatements(t *testing.T, pool *pgxpool.Pool, org string) {
+// release (the oldest 50 queued rows but the followers', as a rerun lists
+// rows that failed before the newer ones were queued).
+func runStatements(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -225,7 +230,7 @@ func runStatements(t *testing.T, pool *pgxpool.Pool, org string) {
 	}
 	finish(t, s, b.Claims, outbox.StatusCompleted, outbox.CircuitSuccess)
 	rows, err := tx.Query(ctx, `select id::text from external_integration_outbox
-		where status = 'queued' and organization_id = $1 order by created_at desc limit 50`, org)
+		where status = 'queued' and local_entity_id <> $1 order by created_at limit 50`, followedOrder)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,10 +276,10 @@ func endClaim(t *testing.T, tx pgx.Tx) {
 // logged (-v) for bench/results.md; wall-clock times are not asserted.
 func TestNoStatementOfOursIsJITCompiled(t *testing.T) {
 	t.Parallel()
-	check := func(t *testing.T, shape string, f *testenv.Fixture, org string) {
+	check := func(t *testing.T, shape string, f *testenv.Fixture) {
 		t.Helper()
 		rec := &planRecorder{}
-		runStatements(t, ourPool(t, f, rec), org)
+		runStatements(t, ourPool(t, f, rec))
 		plans, errs := rec.take()
 		for _, err := range errs {
 			t.Error(err)
@@ -301,17 +306,17 @@ func TestNoStatementOfOursIsJITCompiled(t *testing.T) {
 		t.Parallel()
 		f := jitDatabase(t, oneTenantLoadSQL)
 		hostCompiles(t, f)
-		check(t, "one tenant", f, "00000000-0000-4000-8000-000000000001")
+		check(t, "one tenant", f)
 		if _, err := f.Pool.Exec(context.Background(), followersLoadSQL+"; analyze external_integration_outbox"); err != nil {
 			t.Fatal(err)
 		}
-		check(t, "one tenant, 10k followers behind one entity", f, "00000000-0000-4000-8000-000000000001")
+		check(t, "one tenant, 10k followers behind one entity", f)
 	})
 	t.Run("many tenants", func(t *testing.T) {
 		t.Parallel()
 		f := jitDatabase(t, manyTenantsLoadSQL)
 		hostCompiles(t, f)
-		check(t, "1,000 tenants", f, "00000000-0000-4000-8000-000000000042")
+		check(t, "1,000 tenants", f)
 		if _, err := f.Pool.Exec(context.Background(), lowerAllVisibleSQL+"; analyze external_integration_outbox"); err != nil {
 			t.Fatal(err)
 		}
@@ -320,7 +325,7 @@ func TestNoStatementOfOursIsJITCompiled(t *testing.T) {
 			where oid = 'external_integration_outbox'::regclass`).Scan(&share); err != nil || share > 0.12 {
 			t.Fatalf("all-visible share %.2f (%v), want about 9%%", share, err)
 		}
-		check(t, "1,000 tenants, 9% all-visible", f, "00000000-0000-4000-8000-000000000042")
+		check(t, "1,000 tenants, 9% all-visible", f)
 	})
 }
 
