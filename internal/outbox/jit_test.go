@@ -79,7 +79,7 @@ select ('00000000-0000-4000-8000-' || lpad(((g / 100) % 1000)::text, 12, '0'))::
 from generate_series(1, $1::int) g`
 
 // lowerAllVisibleSQL leaves about 9% of the outbox's pages all-visible: one
-// row updated on every other page (what a bulk load, a restore or VACUUM
+// row updated on 91 pages in 100 (what a bulk load, a restore or VACUUM
 // FULL leaves).
 const lowerAllVisibleSQL = `
 update external_integration_outbox set updated_at = now()
@@ -136,7 +136,8 @@ func (r *planRecorder) take() ([]plannedStatement, []error) {
 
 // jitDatabase returns a fresh migrated database on which JIT is available
 // and compiles everything a connection without our settings runs
-// (jit_above_cost 0), loaded by load and vacuumed and analysed.
+// (jit_above_cost 0; inlining and optimization left out, so that a failure
+// stays quick), loaded by load and vacuumed and analysed.
 func jitDatabase(t *testing.T, load string) *testenv.Fixture {
 	t.Helper()
 	ctx := context.Background()
