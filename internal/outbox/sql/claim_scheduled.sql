@@ -149,6 +149,10 @@ with recursive budget as (
         order by d.created_at
         limit least(w.room, (select rows from share) - 1)
     ) d
+    -- Only the pairs with something to read (none when every organization's
+    -- share is one row): also what lets the planner cost this read for fewer
+    -- pairs than the walk may bring.
+    where least(w.room, (select rows from share) - 1) > 0
 ), dealt_pairs as (
     -- What each pair brought: how many rows (n), how many of them it may
     -- take (usable: the oldest of each ordered entity, within its room),
