@@ -17,7 +17,9 @@ import (
 // fairClaimSize is the fair, capped claim at one outbox size.
 type fairClaimSize struct {
 	// Shared: one due row in ten shares its entity with another.
-	Shared          bool
+	Shared bool
+	// OneTenant: every row is one organization's, on one connection.
+	OneTenant       bool
 	Rows, Due, Orgs int
 	Samples         []time.Duration
 	// Server is the claim statement's server side over the measured
@@ -256,13 +258,13 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 		}
 	}()
 	type load struct {
-		rows   int
-		shared bool
+		rows              int
+		shared, oneTenant bool
 	}
 	var loads []load
-	for _, shared := range []bool{false, true} {
+	for _, kind := range []load{{}, {shared: true}, {oneTenant: true}} {
 		for _, rows := range sizes {
-			loads = append(loads, load{rows, shared})
+			loads = append(loads, load{rows, kind.shared, kind.oneTenant})
 		}
 	}
 	for _, l := range loads {
@@ -276,7 +278,11 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 			return nil, errors.Join(err, env.dropDatabase(ctx, url))
 		}
 		conns = append(conns, conn)
-		if err := loadFairOutbox(ctx, conn, rows, l.shared); err != nil {
+		load := func() error { return loadFairOutbox(ctx, conn, rows, l.shared) }
+		if l.oneTenant {
+			load = func() error { return loadOneTenantOutbox(ctx, conn, rows) }
+		}
+		if err := load(); err != nil {
 			return nil, err
 		}
 		if err := settle(ctx, log, conn, fairClaimTables); err != nil {
@@ -286,7 +292,10 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 	out := make([]fairClaimSize, len(loads))
 	after := make([]string, len(loads))
 	for i, l := range loads {
-		out[i] = fairClaimSize{Rows: l.rows, Shared: l.shared, Due: fairClaimDue, Orgs: fairClaimOrgs}
+		out[i] = fairClaimSize{Rows: l.rows, Shared: l.shared, OneTenant: l.oneTenant, Due: fairClaimDue, Orgs: fairClaimOrgs}
+		if l.oneTenant {
+			out[i].Orgs = 1
+		}
 		after[i] = "00000000-0000-0000-0000-000000000000"
 	}
 	for round := range fairClaimWarmup + runs {
@@ -298,9 +307,14 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 			}
 		}
 		for i, conn := range conns {
-			d, next, err := fairClaimOnce(ctx, conn, after[i])
+			claim := fairClaimOnce
+			if loads[i].oneTenant {
+				claim = oneTenantClaimOnce
+			}
+			d, next, err := claim(ctx, conn, after[i])
 			if err != nil {
-				return nil, fmt.Errorf("%d rows (shared entities %v): %w", loads[i].rows, loads[i].shared, err)
+				return nil, fmt.Errorf("%d rows (shared entities %v, one tenant %v): %w", loads[i].rows, loads[i].shared,
+					loads[i].oneTenant, err)
 			}
 			after[i] = next
 			if round >= fairClaimWarmup {
@@ -315,7 +329,7 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 		}
 	}
 	for _, f := range out {
-		log.Info("fair claims measured", "rows", f.Rows, "sharedEntities", f.Shared, "median", f.median(),
+		log.Info("fair claims measured", "rows", f.Rows, "sharedEntities", f.Shared, "oneTenant", f.OneTenant, "median", f.median(),
 			"serverMsPerClaimedRow", f.Server.ExecMs/claimLimit)
 	}
 	return out, nil
@@ -348,6 +362,55 @@ func fairClaimOnce(ctx context.Context, conn *pgx.Conn, after string) (time.Dura
 		return 0, "", fmt.Errorf("fair claim of %d rows served %d organizations, want one row each", claimLimit, len(orgs))
 	}
 	return took, b.NextAfter(after), nil
+}
+
+// oneTenantClaimOnce is fairClaimOnce on the one-tenant load: no
+// connection cap (CONNECTION_MAX_IN_FLIGHT 0), so the claim takes its 50
+// rows from the one connection.
+func oneTenantClaimOnce(ctx context.Context, conn *pgx.Conn, after string) (time.Duration, string, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	began := time.Now()
+	store := outbox.NewStore(tx).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
+	b, err := store.ClaimBatch(ctx, outbox.ClaimParams{Limit: claimLimit, MaxAttempts: 10,
+		Lease: 900 * time.Second, MaxInFlight: 5000, After: after})
+	took := time.Since(began)
+	if err != nil {
+		return 0, "", err
+	}
+	if len(b.Claims) != claimLimit {
+		return 0, "", fmt.Errorf("one-tenant claim took %d rows, want %d", len(b.Claims), claimLimit)
+	}
+	return took, b.NextAfter(after), nil
+}
+
+// loadOneTenantOutbox loads rows outbox rows of one organization on one
+// connection: fairClaimDue due rows spread evenly (queued, each its own
+// purchase order), the rest completed; no row leased, no circuit open. It
+// is the shape whose generic claim plan PostgreSQL costed above
+// jit_above_cost.
+func loadOneTenantOutbox(ctx context.Context, conn *pgx.Conn, rows int) error {
+	every := rows / fairClaimDue
+	if _, err := conn.Exec(ctx, `
+		with c as (
+		    insert into integration_connections (organization_id, provider, config_json)
+		    values (gen_random_uuid(), 'sandbox', '{}') returning id, organization_id)
+		insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+		    local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count,
+		    completed_at, created_at, updated_at)
+		select c.organization_id, c.id, 'sandbox', 'push_purchase_order', 'purchase_order', gen_random_uuid(),
+		    '{"externalSupplierId": "SUP-1"}', 'idem-' || g,
+		    case when g % $2 = 0 then 'queued' else 'completed' end, case when g % $2 = 0 then 0 else 1 end,
+		    case when g % $2 <> 0 then t.ts + interval '2 seconds' end, t.ts, t.ts
+		from generate_series(1, $1::int) g
+		cross join c
+		cross join lateral (select now() - make_interval(secs => $1::int - g) as ts) t`, rows, every); err != nil {
+		return fmt.Errorf("loading %d outbox rows of one tenant: %w", rows, err)
+	}
+	return nil
 }
 
 // overloadRun is one scenario under both settings.
@@ -427,17 +490,20 @@ func overloadMarkdown(runs []overloadRun, fair []fairClaimSize) string {
 			claimLimit, fairClaimInFlight, fairClaimOpen, fairClaimDue, fairClaimOrgs)
 		p("Each size is loaded into a fresh database; then autovacuum off on the claim's three tables, a wait (at most %s) until no other session (autovacuum worker) works in the database, then, committing synchronously (the cluster runs with `synchronous_commit=off`, and an unflushed asynchronous commit such as an `ANALYZE` keeps `VACUUM` from marking pages all-visible), `CHECKPOINT`, `VACUUM` and `ANALYZE` of each table until every page is all-visible (at most %d times, a second apart), and another `CHECKPOINT`, so the claims meet the same settled tables whatever ran in the cluster before; then the sizes take turns claim by claim: %d unmeasured claims each (one turn of the rotating start over the organizations), then the median of %d, each rolled back.\n\n",
 			quietWait, settleTries, fairClaimWarmup, len(fair[0].Samples))
-		p("Per-entity order is on (the default). The second load makes one due row in ten share its entity with another due row of its connection, so the claim passes over the newer of each pair.\n\n")
+		p("Per-entity order is on (the default). The second load makes one due row in ten share its entity with another due row of its connection, so the claim passes over the newer of each pair. The third load puts every row in one organization and one connection (%d due, each its own entity, the rest completed, nothing leased, no circuit open) and claims with no connection cap (CONNECTION_MAX_IN_FLIGHT 0), so the claim takes its %d rows from one pair: the shape whose generic plan PostgreSQL once costed above `jit_above_cost`.\n\n", fairClaimDue, claimLimit)
 		p("Server time per claimed row is the claim statement's mean execution time in `pg_stat_statements` over the measured claims, over the %d rows each claims (the claim's own transaction, its lock and the rollback are not in it).\n\n", claimLimit)
 		p("| Due rows | Rows | Median claim | Server time per claimed row | Ratio to the smallest size of its load | Target |\n|---|---|---|---|---|---|\n")
 		var first time.Duration
 		for i, f := range fair {
-			if i == 0 || f.Shared != fair[i-1].Shared {
+			if i == 0 || f.Shared != fair[i-1].Shared || f.OneTenant != fair[i-1].OneTenant {
 				first = f.median()
 			}
 			load := "each its own entity"
-			if f.Shared {
+			switch {
+			case f.Shared:
 				load = "10% sharing an entity"
+			case f.OneTenant:
+				load = "one tenant, one connection, no connection cap"
 			}
 			p("| %s | %s | %s | %.3f ms | %s | ≤ 1.50× |\n", load, rows(f.Rows), ms(f.median()), f.Server.ExecMs/claimLimit,
 				x(float64(f.median())/float64(first)))

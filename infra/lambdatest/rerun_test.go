@@ -84,7 +84,8 @@ var rerunWants = map[string]rerunWant{
 	// A connection and a day with no rows.
 	"dry-run-filter.json": {dryRun: true},
 	// Acme's connection, not disabled: nothing to enable, no row requeued
-	// (the request is audited).
+	// (the request is audited). On an empty database the connection is
+	// answered skipped, "connection not found".
 	"enable-connection.json": {},
 }
 
@@ -151,6 +152,25 @@ func TestRIERerunFunction(t *testing.T) {
 				!slices.Equal(got.Requeued, orEmpty(want.requeued)) || !slices.Equal(sorted(skipped), sorted(want.skipped)) {
 				t.Errorf("got %s\nwant dryRun %v, matched %d, requeued %v, skipped %v, dispatched %d", inv.Body,
 					want.dryRun, want.matched, want.requeued, want.skipped, want.dispatched)
+			}
+		})
+	}
+
+	// Every sample event answers without a function error on an empty
+	// migrated database as well: nothing matched, requeued or enabled.
+	for _, ev := range events(t, folder) {
+		t.Run("empty database/"+ev.Name, func(t *testing.T) {
+			s.reset(t)
+			inv := emu.invoke(t, ev.Payload)
+			if msg := inv.FunctionError(); msg != "" {
+				t.Fatalf("function error on an empty database: %s", msg)
+			}
+			var got rerunResult
+			if err := json.Unmarshal(inv.Body, &got); err != nil {
+				t.Fatalf("response %s: %v", inv.Body, err)
+			}
+			if got.Matched != 0 || len(got.Requeued) != 0 || got.Dispatched != 0 || got.EnabledConnection != nil {
+				t.Errorf("on an empty database: %s", inv.Body)
 			}
 		})
 	}

@@ -28,6 +28,7 @@ import (
 	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/pace"
+	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/push"
@@ -87,6 +88,7 @@ func NewWithAWS(ctx context.Context, getenv func(string) string, logOut io.Write
 		return nil, fmt.Errorf("config: DATABASE_URL: %w", redactURLError(err))
 	}
 	poolCfg.MaxConns = 4
+	pgtx.Configure(poolCfg.ConnConfig)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating database pool: %w", err)

@@ -3,14 +3,18 @@ package rerun_test
 import (
 	"context"
 	"testing"
+
+	"integration-outbox/internal/rerun"
 )
 
 // enableConnection is tenant-scoped and audited: another organization's
-// connection (or one that does not exist) is refused naming the field and
-// changes nothing; a disabled connection of the organization is enabled,
-// its held rows due at once, with one audit row carrying the payload; a
-// connection that was not disabled is answered wasDisabled false, audited
-// too.
+// connection (or one that does not exist) is answered as skipped,
+// "connection not found" (not a function error: an operator's typo must
+// not trip the Errors alarm), with no enabledConnection, and changes
+// nothing but its audit row; a disabled connection of the organization is
+// enabled, its held rows due at once, with one audit row carrying the
+// payload; a connection that was not disabled is answered wasDisabled
+// false, audited too.
 func TestEnableConnectionIsTenantScopedAndAudited(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -20,7 +24,20 @@ func TestEnableConnectionIsTenantScopedAndAudited(t *testing.T) {
 	b.exec(t, `insert into integration_outbox_connection_state (connection_id, organization_id, provider, failing_since,
 		last_failure_at, disabled_at, disabled_reason) values ($1, $2, 'sandbox', now() - interval '6 days', now(), now(), 'every call failed')`,
 		b.conn, b.org)
-	before := b.checksum(t)
+	// Everything but the audit rows.
+	state := func() string {
+		t.Helper()
+		var sum string
+		if err := b.f.Pool.QueryRow(ctx, `select md5(
+			coalesce((select string_agg(t::text, '|' order by t.id) from external_integration_outbox t), '') || '#' ||
+			coalesce((select string_agg(t::text, '|' order by t.id) from external_integration_conflicts t), '') || '#' ||
+			coalesce((select string_agg(t::text, '|' order by t.connection_id) from integration_outbox_connection_state t), ''))`).
+			Scan(&sum); err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	before := state()
 
 	other := b.f.NewID(t)
 	for _, org := range []string{other, b.org} {
@@ -29,11 +46,21 @@ func TestEnableConnectionIsTenantScopedAndAudited(t *testing.T) {
 			conn = b.f.NewID(t) // no such connection
 		}
 		payload := map[string]any{"organizationId": org, "enableConnection": conn, "reason": "fixed"}
-		_, err := b.r.Handle(ctx, b.payload(t, payload))
-		checkPayloadError(t, err, "enableConnection")
+		res, err := b.r.Handle(ctx, b.payload(t, payload))
+		if err != nil {
+			t.Fatalf("enableConnection of a connection the organization does not have: %v, want an answer", err)
+		}
+		if res.EnabledConnection != nil || len(res.Requeued) != 0 || len(res.Skipped) != 1 ||
+			res.Skipped[0].ID != conn || res.Skipped[0].Reason != rerun.ReasonConnectionNotFound {
+			t.Errorf("enableConnection of a connection the organization does not have: %+v, want it skipped, %q",
+				res, rerun.ReasonConnectionNotFound)
+		}
 	}
-	if b.checksum(t) != before || b.audits(t) != 0 {
-		t.Fatal("a refused enableConnection changed the database")
+	if state() != before {
+		t.Fatal("an enableConnection of a connection not found changed the database")
+	}
+	if n := b.audits(t); n != 2 {
+		t.Errorf("%d audit rows of the two enables of a connection not found, want 2", n)
 	}
 
 	res := b.handle(t, map[string]any{"enableConnection": b.conn, "requestedBy": "ops"})
@@ -54,7 +81,7 @@ func TestEnableConnectionIsTenantScopedAndAudited(t *testing.T) {
 	}
 
 	again := b.handle(t, map[string]any{"enableConnection": b.conn})
-	if again.EnabledConnection == nil || again.EnabledConnection.WasDisabled || b.audits(t) != 2 {
+	if again.EnabledConnection == nil || again.EnabledConnection.WasDisabled || b.audits(t) != 4 {
 		t.Errorf("a second enable: %+v, %d audit rows; want wasDisabled false, audited", again.EnabledConnection, b.audits(t))
 	}
 }

@@ -29,12 +29,15 @@ import (
 
 // Skip reasons, one per row the rerun leaves alone.
 const (
-	ReasonNotFound       = "not found"
-	ReasonCompleted      = "completed"
-	ReasonProcessing     = "processing: in flight"
-	ReasonUnsupported    = "unsupported"
-	ReasonQueued         = "already queued"
-	ReasonNoAttemptsLeft = "no attempts left; set resetAttempts"
+	ReasonNotFound = "not found"
+	// ReasonConnectionNotFound: enableConnection names no connection of
+	// the organization.
+	ReasonConnectionNotFound = "connection not found"
+	ReasonCompleted          = "completed"
+	ReasonProcessing         = "processing: in flight"
+	ReasonUnsupported        = "unsupported"
+	ReasonQueued             = "already queued"
+	ReasonNoAttemptsLeft     = "no attempts left; set resetAttempts"
 	// ReasonChanged is only reported if a row changed between the locking
 	// read and the requeue, which the lock rules out.
 	ReasonChanged = "changed during the rerun"
@@ -189,10 +192,6 @@ func (r *Rerunner) requeue(ctx context.Context, req Request) (res Result, st sta
 		res, st, err = r.requeueIn(ctx, tx, req)
 		return err
 	})
-	var field *strictjson.FieldError
-	if errors.As(err, &field) {
-		return Result{}, stats{}, err // a payload error found in the database (enableConnection): as Parse's
-	}
 	if err != nil {
 		return Result{}, stats{}, fmt.Errorf("rerun: %w", err)
 	}
@@ -264,27 +263,34 @@ func (r *Rerunner) requeueIn(ctx context.Context, tx pgx.Tx, req Request) (res R
 
 // enableIn enables the request's connection in tx and writes the audit row.
 // A connection of another organization is not found, like one that does not
-// exist.
+// exist: an answer, not an error (as an outbox id the organization does not
+// have), so that an operator's typo does not trip the function's Errors
+// alarm. The connection is then reported skipped, "connection not found",
+// with no enabledConnection, and nothing but the audit row is written.
 func (r *Rerunner) enableIn(ctx context.Context, tx pgx.Tx, req Request) (res Result, st stats, err error) {
 	e, err := health.Enable(ctx, tx, req.OrganizationID, req.EnableConnection)
-	if errors.Is(err, health.ErrNoConnection) {
-		return res, st, fmt.Errorf("rerun payload: %w", strictjson.Fieldf("enableConnection",
-			"no connection %s in organization %s", req.EnableConnection, req.OrganizationID))
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, health.ErrNoConnection):
+		res = Result{Requeued: []string{}, Skipped: []Skip{{ID: req.EnableConnection, Reason: ReasonConnectionNotFound}}}
+	case err != nil:
 		return res, st, err
+	default:
+		enabled := &EnabledConnection{ConnectionID: req.EnableConnection, WasDisabled: !e.DisabledAt.IsZero(), MadeDue: e.MadeDue}
+		if enabled.WasDisabled {
+			at := e.DisabledAt.UTC()
+			enabled.DisabledAt = &at
+		}
+		res = Result{Requeued: []string{}, Skipped: []Skip{}, EnabledConnection: enabled}
 	}
-	enabled := &EnabledConnection{ConnectionID: req.EnableConnection, WasDisabled: !e.DisabledAt.IsZero(), MadeDue: e.MadeDue}
-	if enabled.WasDisabled {
-		at := e.DisabledAt.UTC()
-		enabled.DisabledAt = &at
-	}
-	res = Result{Requeued: []string{}, Skipped: []Skip{}, EnabledConnection: enabled}
 	doc, err := req.auditPayload()
 	if err != nil {
 		return res, st, err
 	}
-	if err := tx.QueryRow(ctx, insertAuditSQL, auditArgs(req, doc, res.Requeued, []byte("[]"), false)).
+	skippedDoc, err := json.Marshal(res.Skipped)
+	if err != nil {
+		return res, st, fmt.Errorf("encoding skipped rows: %w", err)
+	}
+	if err := tx.QueryRow(ctx, insertAuditSQL, auditArgs(req, doc, res.Requeued, skippedDoc, false)).
 		Scan(&st.auditID); err != nil {
 		return res, st, fmt.Errorf("writing the audit row: %w", err)
 	}

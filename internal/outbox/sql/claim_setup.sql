@@ -11,7 +11,14 @@
 -- walk's step into a bitmap scan of every due row, or a sequential scan: 80
 -- times slower at 10% all-visible (bench/results.md). Off for this
 -- transaction only, those plans are not considered while an index can serve.
+--
+-- JIT off: our connections start with jit off (internal/pgtx: session.go);
+-- the claim switches it off here too, for a connection that arrives without
+-- it (a pooler that drops startup parameters). A claim's work is
+-- milliseconds of index probes; JIT would compile hundreds of functions at
+-- every execution, even of the cached plan.
 
 select set_config('plan_cache_mode', 'force_generic_plan', true),
     set_config('enable_bitmapscan', 'off', true),
+    set_config('jit', 'off', true),
     pg_advisory_xact_lock(hashtext(@lock_key))
