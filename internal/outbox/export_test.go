@@ -66,25 +66,3 @@ var (
 	ClaimSQL             = claimScheduledSQL
 	DeadLetterExpiredSQL = deadLetterExpiredSQL
 )
-
-// NamedStatement is one of the outbox's statements, its text as pgx sends it
-// (named arguments rewritten to $1, $2, ...).
-type NamedStatement struct{ Name, SQL string }
-
-// Statements are the outbox's statements as pgx sends them.
-func Statements() []NamedStatement {
-	var out []NamedStatement
-	for name, sql := range map[string]string{
-		"claim_setup": claimSetupSQL, "claim_scheduled": claimScheduledSQL, "claim_listed": claimListedSQL,
-		"reset_circuits": resetCircuitsSQL, "dead_letter_expired": deadLetterExpiredSQL, "release": releaseSQL,
-		"mark_unsupported": unsupportedSQL, "dead_letter_no_connection": noConnectionSQL, "start": startSQL,
-		"record": recordSQL, "release_dead_lettered": releaseDeadLetterSQL,
-	} {
-		sent, _, err := pgx.NamedArgs{}.RewriteQuery(context.Background(), nil, sql, nil)
-		if err != nil {
-			panic(err)
-		}
-		out = append(out, NamedStatement{name, sent})
-	}
-	return out
-}

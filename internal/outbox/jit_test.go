@@ -15,6 +15,7 @@ import (
 
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/pgtx"
+	"integration-outbox/internal/sqlfile"
 	"integration-outbox/internal/testenv"
 )
 
@@ -344,8 +345,8 @@ func TestNoStatementOfOursIsJITCompiled(t *testing.T) {
 // ours is false for any other statement.
 func statementName(query string) (name string, ours bool) {
 	for _, s := range outbox.Statements() {
-		if strings.TrimSpace(query) == strings.TrimSpace(s.SQL) {
-			return s.Name, true
+		if strings.TrimSpace(query) == strings.TrimSpace(sqlfile.Positional(s.SQL)) {
+			return strings.TrimPrefix(s.Name, "outbox/"), true
 		}
 	}
 	return "", false
