@@ -58,6 +58,22 @@ func TestAHostChangingItsTablesAfterTheInstallLosesNoRow(t *testing.T) {
 		}
 	})
 
+	t.Run("the outbox's last_error shortened while the push function runs", func(t *testing.T) {
+		t.Parallel()
+		p := newPipeline(t, standIn)
+		first := p.order(t, "PO-5")
+		p.expectRun(t, p.enqueue(t, first), "completed") // the push function has read the lengths
+		p.alter(t, `alter table external_integration_outbox alter column last_error type varchar(40)`)
+		rejected := p.order(t, "PO-6")
+		p.supply.say(rejected, answer{status: 422, body: `{"error":"unknown supplier, and a long explanation of why"}`})
+		id := p.enqueue(t, rejected)
+		p.run(t)
+		p.expect(t, id, "dead_letter")
+		if e := p.text(t, `select last_error from external_integration_outbox where id = $1`, id); len([]rune(e)) != 40 || !strings.HasSuffix(e, "…") {
+			t.Errorf("last_error %q (%d characters) is not cut to the new 40 with its mark", e, len([]rune(e)))
+		}
+	})
+
 	t.Run("a column the worker reads, gone", func(t *testing.T) {
 		t.Parallel()
 		p := newPipeline(t, standIn)
@@ -74,6 +90,13 @@ func TestAHostChangingItsTablesAfterTheInstallLosesNoRow(t *testing.T) {
 		p.expect(t, id, "completed")
 	})
 	_ = ctx
+}
+
+// expectRun runs the pipeline once and expects the row in status.
+func (p *pipeline) expectRun(t *testing.T, id, status string) {
+	t.Helper()
+	p.run(t)
+	p.expect(t, id, status)
 }
 
 func (p *pipeline) alter(t *testing.T, sql string) {

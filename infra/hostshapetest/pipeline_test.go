@@ -20,6 +20,7 @@ import (
 	"integration-outbox/internal/app"
 	"integration-outbox/internal/config"
 	"integration-outbox/internal/migrate"
+	"integration-outbox/internal/push"
 	"integration-outbox/internal/report"
 	"integration-outbox/internal/schemacheck"
 	"integration-outbox/internal/testenv"
@@ -91,6 +92,9 @@ type pipeline struct {
 	logs    *testenv.Buffer
 	supply  *supplier
 	webhook string
+	// worker is the push function's worker, built once as a container
+	// builds it (its store keeps what it read of the host's tables).
+	worker *push.Worker
 }
 
 // TestThePipelineRunsOnEveryHostShape: on each host shape the contract
@@ -316,10 +320,12 @@ func (p *pipeline) runs(t *testing.T, strict bool) {
 	if _, err := d.Handle(ctx, json.RawMessage(`{}`)); err != nil && strict {
 		t.Fatalf("dispatch: %v\n%s", err, p.logs.String())
 	}
-	w, err := p.a.PushWorker()
-	if err != nil {
-		t.Fatal(err)
+	if p.worker == nil {
+		if p.worker, err = p.a.PushWorker(); err != nil {
+			t.Fatal(err)
+		}
 	}
+	w := p.worker
 	for {
 		resp, err := p.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(p.queue), MaxNumberOfMessages: 10})
 		if err != nil {

@@ -226,6 +226,13 @@ func (a *App) PushWorker() (*push.Worker, error) {
 // credential resolver (the benchmarks count its lookups).
 func (a *App) PushWorkerWith(creds push.Credentials) (*push.Worker, error) {
 	store := a.outboxStore()
+	// Read once as the container starts; on failure the first record reads
+	// them (the start must not fail for a database that is briefly away).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := store.ReadTextLengths(ctx); err != nil {
+		a.Logger.Warn("could not read the outbox's text lengths at start; the first record reads them", "error", err.Error())
+	}
+	cancel()
 	var events push.EventPublisher
 	if a.Config.EventBusName != "" {
 		p, err := event.NewPublisher(a.Pool, eventbridge.NewFromConfig(a.AWS), event.Config{

@@ -38,6 +38,7 @@ var (
 	startSQL             = statement("start")
 	recordSQL            = statement("record")
 	releaseDeadLetterSQL = statement("release_dead_lettered")
+	textLengthsSQL       = statement("text_lengths")
 )
 
 // fragmentMarker is where a statement takes sql/fragment/<name>.sql; the

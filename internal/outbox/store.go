@@ -74,12 +74,14 @@ type Store struct {
 	// circuitsReset is set once a store with the breaker off has reset
 	// every circuit (before its first claim).
 	circuitsReset *atomic.Bool
+	// lengths are the host outbox's text lengths the record cuts to.
+	lengths *textLengths
 }
 
 // NewStore returns a store on db, its circuit breaker off, its connection
 // health at DefaultHealth (events off).
 func NewStore(db DB) *Store {
-	return &Store{db: db, health: DefaultHealth(), circuitsReset: new(atomic.Bool)}
+	return &Store{db: db, health: DefaultHealth(), circuitsReset: new(atomic.Bool), lengths: &textLengths{}}
 }
 
 // Circuit configures the circuit breaker that Record feeds.
@@ -622,11 +624,26 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 	if len(outcomes) == 0 {
 		return Recorded{}, nil
 	}
+	max, err := s.lengths.get(ctx, s.db)
+	if err != nil {
+		return Recorded{}, err
+	}
 	rows := make([]recordRow, len(outcomes))
 	for i, o := range outcomes {
-		rows[i] = newRecordRow(o)
+		rows[i] = newRecordRow(o).fit(max)
 	}
 	r, err := s.record(ctx, rows)
+	if isTooLong(err) {
+		// The host shortened a column since the lengths were read.
+		s.lengths.reset()
+		if max, err = s.lengths.get(ctx, s.db); err != nil {
+			return Recorded{}, err
+		}
+		for i := range rows {
+			rows[i] = rows[i].fit(max)
+		}
+		r, err = s.record(ctx, rows)
+	}
 	if err == nil || !hostschema.IsSchemaError(err) {
 		return r, err
 	}

@@ -27,10 +27,10 @@ with res as (
         -- An attempt the provider did not take for a reason of the
         -- connection's (its pause, a 429) is given back.
         attempt_count = case when res.uncharged then greatest(o.attempt_count - 1, 0) else o.attempt_count end,
-        -- Text is cut to the host's column (migration 18).
-        provider_reference = coalesce(integration_outbox_fit(res.provider_reference, 'external_integration_outbox', 'provider_reference'), o.provider_reference),
-        provider_status = coalesce(integration_outbox_fit(res.provider_status, 'external_integration_outbox', 'provider_status'), o.provider_status),
-        last_error = coalesce(integration_outbox_fit(res.last_error, 'external_integration_outbox', 'last_error'), o.last_error),
+        -- Store.Record has cut the texts to the host's columns (text_lengths.sql).
+        provider_reference = coalesce(res.provider_reference, o.provider_reference),
+        provider_status = coalesce(res.provider_status, o.provider_status),
+        last_error = coalesce(res.last_error, o.last_error),
         next_attempt_at = case when res.status in ('failed', 'processing')
             then now() + make_interval(secs => res.retry_seconds) end,
         completed_at = case when res.status in ('completed', 'unsupported') then now() else o.completed_at end,
