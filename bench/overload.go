@@ -336,6 +336,30 @@ func measureFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, siz
 }
 
 func fairClaimOnce(ctx context.Context, conn *pgx.Conn, after string) (time.Duration, string, error) {
+	return cappedClaimOnce(ctx, conn, after, "fair", 10, func(b outbox.Batch) error {
+		orgs := map[string]bool{}
+		for _, c := range b.Claims {
+			orgs[c.OrganizationID] = true
+		}
+		if len(orgs) != claimLimit {
+			return fmt.Errorf("fair claim of %d rows served %d organizations, want one row each", claimLimit, len(orgs))
+		}
+		return nil
+	})
+}
+
+// oneTenantClaimOnce is fairClaimOnce on the one-tenant load: no
+// connection cap (CONNECTION_MAX_IN_FLIGHT 0), so the claim takes its 50
+// rows from the one connection.
+func oneTenantClaimOnce(ctx context.Context, conn *pgx.Conn, after string) (time.Duration, string, error) {
+	return cappedClaimOnce(ctx, conn, after, "one-tenant", 0, nil)
+}
+
+// cappedClaimOnce times one claim of claimLimit rows under the connection cap
+// connectionCap, rolled back, and checks it took claimLimit rows (and, when
+// check is set, what check says).
+func cappedClaimOnce(ctx context.Context, conn *pgx.Conn, after, name string, connectionCap int,
+	check func(outbox.Batch) error) (time.Duration, string, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return 0, "", err
@@ -346,43 +370,18 @@ func fairClaimOnce(ctx context.Context, conn *pgx.Conn, after string) (time.Dura
 	// their connections back.
 	store := outbox.NewStore(tx).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
 	b, err := store.ClaimBatch(ctx, outbox.ClaimParams{Limit: claimLimit, MaxAttempts: 10,
-		Lease: 900 * time.Second, MaxInFlight: 5000, ConnectionMaxInFlight: 10, After: after})
+		Lease: 900 * time.Second, MaxInFlight: 5000, ConnectionMaxInFlight: connectionCap, After: after})
 	took := time.Since(began)
 	if err != nil {
 		return 0, "", err
 	}
 	if len(b.Claims) != claimLimit {
-		return 0, "", fmt.Errorf("fair claim took %d rows, want %d", len(b.Claims), claimLimit)
+		return 0, "", fmt.Errorf("%s claim took %d rows, want %d", name, len(b.Claims), claimLimit)
 	}
-	orgs := map[string]bool{}
-	for _, c := range b.Claims {
-		orgs[c.OrganizationID] = true
-	}
-	if len(orgs) != claimLimit {
-		return 0, "", fmt.Errorf("fair claim of %d rows served %d organizations, want one row each", claimLimit, len(orgs))
-	}
-	return took, b.NextAfter(after), nil
-}
-
-// oneTenantClaimOnce is fairClaimOnce on the one-tenant load: no
-// connection cap (CONNECTION_MAX_IN_FLIGHT 0), so the claim takes its 50
-// rows from the one connection.
-func oneTenantClaimOnce(ctx context.Context, conn *pgx.Conn, after string) (time.Duration, string, error) {
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return 0, "", err
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	began := time.Now()
-	store := outbox.NewStore(tx).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
-	b, err := store.ClaimBatch(ctx, outbox.ClaimParams{Limit: claimLimit, MaxAttempts: 10,
-		Lease: 900 * time.Second, MaxInFlight: 5000, After: after})
-	took := time.Since(began)
-	if err != nil {
-		return 0, "", err
-	}
-	if len(b.Claims) != claimLimit {
-		return 0, "", fmt.Errorf("one-tenant claim took %d rows, want %d", len(b.Claims), claimLimit)
+	if check != nil {
+		if err := check(b); err != nil {
+			return 0, "", err
+		}
 	}
 	return took, b.NextAfter(after), nil
 }
