@@ -176,6 +176,7 @@ var kindNames = map[Kind]string{
 	JSON:      "json or jsonb",
 	Timestamp: "timestamp with or without time zone",
 	Integer:   "smallint, integer or bigint",
+	Any:       "any",
 }
 
 func checkColumn(t Table, want Column, got FoundColumn, stage Stage) Problems {
@@ -235,9 +236,4 @@ func firstWord(s string) string {
 }
 
 // KindName is what a kind accepts, in words (docs/deploy.md's table).
-func KindName(k Kind) string {
-	if k == Any {
-		return "any"
-	}
-	return kindNames[k]
-}
+func KindName(k Kind) string { return kindNames[k] }

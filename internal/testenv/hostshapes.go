@@ -29,7 +29,7 @@ type HostShape struct {
 // the stand-in's type).
 type hostTypes struct {
 	text, status, conflictStatus, json, ts string
-	extraConflicts, extraOutbox, before    string
+	extraConflicts, before                 string
 	conflictID, outboxID                   string
 }
 
@@ -46,7 +46,7 @@ func (h hostTypes) sql() string {
 	outboxID := or(h.outboxID, "uuid primary key default gen_random_uuid()")
 	conflictID := or(h.conflictID, "uuid primary key default gen_random_uuid()")
 	r := strings.NewReplacer("TEXT", text, "TS", ts, "JSON", js, "STATUSTYPE", status, "CSTATUS", cstatus,
-		"OUTBOXID", outboxID, "CONFLICTID", conflictID, "EXTRAOUTBOX", h.extraOutbox, "EXTRACONFLICTS", h.extraConflicts)
+		"OUTBOXID", outboxID, "CONFLICTID", conflictID, "EXTRACONFLICTS", h.extraConflicts)
 	return h.before + r.Replace(`
 create table integration_connections (
     id uuid primary key default gen_random_uuid(),
@@ -94,7 +94,7 @@ create table external_integration_outbox (
     provider_reference TEXT,
     provider_status TEXT,
     completed_at TS,
-    created_at TS not null default now()EXTRAOUTBOX
+    created_at TS not null default now()
 );
 create table external_integration_conflicts (
     id CONFLICTID,
