@@ -32,6 +32,7 @@ import (
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/push"
+	"integration-outbox/internal/supplier"
 )
 
 // App holds what one container builds once.
@@ -99,9 +100,15 @@ func NewWithAWS(ctx context.Context, getenv func(string) string, logOut io.Write
 // Close releases the pool.
 func (a *App) Close() { a.Pool.Close() }
 
-// Routes is the command → queue routing table.
+// Routes is the command → queue routing table. push_supplier is routed
+// only where PUSH_SUPPLIER_QUEUE_URL is set; elsewhere its rows end
+// unsupported.
 func (a *App) Routes() dispatch.Routes {
-	return dispatch.Routes{purchaseorder.CommandType: a.Config.PushPurchaseOrderQueueURL}
+	r := dispatch.Routes{purchaseorder.CommandType: a.Config.PushPurchaseOrderQueueURL}
+	if a.Config.PushSupplierQueueURL != "" {
+		r[supplier.CommandType] = a.Config.PushSupplierQueueURL
+	}
+	return r
 }
 
 // DispatchRoomWait is how long a dispatch run waits for rows in flight to
@@ -225,6 +232,22 @@ func (a *App) PushWorker() (*push.Worker, error) {
 // PushWorkerWith builds the push_purchase_order handler on another
 // credential resolver (the benchmarks count its lookups).
 func (a *App) PushWorkerWith(creds push.Credentials) (*push.Worker, error) {
+	return a.pushWorker(creds, purchaseorder.NewCommand(a.Pool), "push-purchase-order")
+}
+
+// PushSupplierWorker builds the push_supplier handler with the Secrets
+// Manager resolver of Credentials.
+func (a *App) PushSupplierWorker() (*push.Worker, error) {
+	creds, err := a.Credentials()
+	if err != nil {
+		return nil, err
+	}
+	return a.pushWorker(creds, supplier.NewCommand(a.Pool), "push-supplier")
+}
+
+// pushWorker builds the handler of cmd's queue, whose metrics name
+// function.
+func (a *App) pushWorker(creds push.Credentials, cmd push.Command, function string) (*push.Worker, error) {
 	store := a.outboxStore()
 	// Read once as the container starts; on failure the first record reads
 	// them (the start must not fail for a database that is briefly away).
@@ -242,11 +265,11 @@ func (a *App) PushWorkerWith(creds push.Credentials) (*push.Worker, error) {
 		}
 		events = p
 	}
-	return push.New(store, creds, purchaseorder.NewCommand(a.Pool), push.Config{
+	return push.New(store, creds, cmd, push.Config{
 		Events:    events,
 		Providers: a.Providers(), Concurrency: a.Config.PushConcurrency, MaxAttempts: a.Config.MaxAttempts,
 		ProviderTimeout: a.Config.ProviderTimeout, Logger: a.Logger,
-		Metrics: metrics.NewEmitter(a.Out, "push-purchase-order"),
+		Metrics: metrics.NewEmitter(a.Out, function),
 		Pacer:   pace.NewPacer(a.Pool),
 	})
 }

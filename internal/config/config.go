@@ -23,9 +23,13 @@ type Config struct {
 	DatabaseURL               string // DATABASE_URL
 	DatabaseSecretARN         string // DATABASE_SECRET_ARN (RDS-managed secret), used when DATABASE_URL is empty
 	PushPurchaseOrderQueueURL string // PUSH_PURCHASE_ORDER_QUEUE_URL
-	ClaimBatchSize            int    // CLAIM_BATCH_SIZE
-	DispatchMaxPerRun         int    // DISPATCH_MAX_PER_RUN
-	MaxAttempts               int    // MAX_ATTEMPTS
+	// PushSupplierQueueURL is PUSH_SUPPLIER_QUEUE_URL: where dispatch and
+	// rerun send push_supplier commands. Optional: without it those rows
+	// end unsupported (no queue routes them), and reruns bring them back.
+	PushSupplierQueueURL      string
+	ClaimBatchSize            int // CLAIM_BATCH_SIZE
+	DispatchMaxPerRun         int // DISPATCH_MAX_PER_RUN
+	MaxAttempts               int // MAX_ATTEMPTS
 	Lease                     time.Duration
 	PushConcurrency           int           // PUSH_CONCURRENCY
 	ProviderTimeout           time.Duration // PROVIDER_TIMEOUT
@@ -93,6 +97,7 @@ func Load(getenv func(string) string, need Need) (Config, error) {
 		DatabaseURL:                 r.str("DATABASE_URL", ""),
 		DatabaseSecretARN:           r.str("DATABASE_SECRET_ARN", ""),
 		PushPurchaseOrderQueueURL:   r.str("PUSH_PURCHASE_ORDER_QUEUE_URL", ""),
+		PushSupplierQueueURL:        r.str("PUSH_SUPPLIER_QUEUE_URL", ""),
 		ClaimBatchSize:              r.intRange("CLAIM_BATCH_SIZE", 50, 1, 1000),
 		DispatchMaxPerRun:           r.intRange("DISPATCH_MAX_PER_RUN", 5000, 1, 1_000_000),
 		MaxAttempts:                 r.intRange("MAX_ATTEMPTS", DefaultMaxAttempts, 1, 1000),

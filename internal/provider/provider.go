@@ -70,6 +70,10 @@ type Result struct {
 	// updated: the command remembers it, and the next push of the same
 	// entity through the same connection gets it as PurchaseOrderPush.Document.
 	Document *Document
+	// Action, when set on a completed answer, says what the provider did
+	// (SupplierCreated, SupplierUpdated, SupplierLinked): it is recorded as
+	// the row's provider_status in place of "completed".
+	Action string
 }
 
 // Provider is one external system. The commands it takes are the

@@ -7,11 +7,11 @@ package purchaseorder
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"integration-outbox/internal/credential"
+	"integration-outbox/internal/document"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/provider"
@@ -21,6 +21,9 @@ import (
 
 // CommandType is the command_type of a purchase-order push (contract).
 const CommandType = "push_purchase_order"
+
+// EntityType is the local_entity_type of its rows.
+const EntityType = "purchase_order"
 
 // Querier is what loading and remembering documents need of a pool or
 // connection.
@@ -133,30 +136,9 @@ func (c *Command) delivery(j outbox.Job, o loadedOrder) push.Delivery {
 	}}
 }
 
-// rememberTimeout bounds the write of a provider's document: less than the
-// push worker's default RecordReserve (3s), which it may run into.
-const rememberTimeout = 2 * time.Second
-
-// remember stores the document the provider answered with, right after its
-// answer and before the outcome is recorded: the document exists at the
-// provider whether or not this job's claim is still current, and the next
-// push of the order must update it rather than create another. When the
-// write fails, the push is failed as retryable: its retry sends the same
-// idempotency key, which the provider answers with the same document.
+// remember stores the document the provider answered with
+// (document.Remember).
 func (c *Command) remember(ctx context.Context, j outbox.Job, providerName string, doc provider.Document) error {
-	// The provider call may have used up the call's deadline; the write
-	// gets its own few seconds.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rememberTimeout)
-	defer cancel()
-	rows, err := c.db.Query(ctx, rememberSQL, pgx.NamedArgs{"connection_id": j.ConnectionID, "order_id": j.LocalEntityID,
-		"provider": providerName, "external_id": doc.ID, "sync_token": doc.SyncToken})
-	if err == nil {
-		rows.Close()
-		err = rows.Err()
-	}
-	if err != nil {
-		return &provider.Error{Kind: provider.Retryable, Message: fmt.Sprintf(
-			"%s answered with document %s, but remembering it failed", providerName, doc.ID), Err: err}
-	}
-	return nil
+	return document.Remember(ctx, c.db, document.Key{ConnectionID: j.ConnectionID, EntityType: EntityType,
+		EntityID: j.LocalEntityID, Provider: providerName}, doc)
 }

@@ -15,8 +15,7 @@ var sqlFiles embed.FS
 
 // The statements, read once at package init.
 var (
-	loadSQL     = statement("load")
-	rememberSQL = statement("remember")
+	loadSQL = statement("load")
 )
 
 // statement is sql/<name>.sql without its leading comment.

@@ -753,6 +753,7 @@ func (w *Worker) outcome(job outbox.Job, res provider.Result, err error) outbox.
 		switch res.Status {
 		case provider.StatusCompleted:
 			o.Status = outbox.StatusCompleted
+			o.ProviderStatus = cmp.Or(res.Action, res.Status)
 		case provider.StatusUncertain:
 			o.Status = outbox.StatusUncertain
 		default: // accepted, or any other not-yet-done answer

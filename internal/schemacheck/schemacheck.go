@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"integration-outbox/internal/credential"
+	"integration-outbox/internal/document"
 	"integration-outbox/internal/event"
 	"integration-outbox/internal/health"
 	"integration-outbox/internal/hostschema"
@@ -29,13 +30,14 @@ import (
 	"integration-outbox/internal/rerun"
 	"integration-outbox/internal/retention"
 	"integration-outbox/internal/sqlfile"
+	"integration-outbox/internal/supplier"
 )
 
 // Statements are every statement the functions run, by package.
 func Statements() []sqlfile.Named {
 	var all []sqlfile.Named
 	for _, pkg := range [][]sqlfile.Named{
-		outbox.Statements(), purchaseorder.Statements(), credential.Statements(), health.Statements(),
+		outbox.Statements(), purchaseorder.Statements(), supplier.Statements(), document.Statements(), credential.Statements(), health.Statements(),
 		pace.Statements(), event.Statements(), report.Statements(), rerun.Statements(), retention.Statements(),
 	} {
 		all = append(all, pkg...)
