@@ -186,6 +186,8 @@ var Tables = []Table{
 			{Name: "started_at", Kind: Timestamp, Owner: Ours, Writes: true},
 			{Name: "updated_at", Kind: Timestamp, Owner: Ours, Writes: true},
 			{Name: "idempotency_enforced", Kind: Any, Owner: Ours, Writes: true},
+			// The row a waiting command waits for (migration 19).
+			{Name: "waiting_for_outbox_id", Kind: UUID, Owner: Ours, Writes: true},
 		},
 	},
 	{

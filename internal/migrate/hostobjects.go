@@ -255,6 +255,25 @@ var hostObjects = map[int64]HostObjects{
 			{Table: outbox, Column: "created_at"},
 		},
 	},
+	19: {
+		// A command may wait for another (a purchase order for its
+		// supplier's push_supplier): the waiting row names the one it
+		// waits for, and the record of that one's end makes the waiting
+		// rows due at once. Only waiting rows enter the index.
+		Columns: []Column{
+			{outbox, "waiting_for_outbox_id", "uuid", ""},
+		},
+		Indexes: []Index{
+			{Table: outbox, Name: "external_integration_outbox_waiting_idx",
+				Definition: "(waiting_for_outbox_id) where waiting_for_outbox_id is not null"},
+			// A purchase order without its supplier's contact looks for
+			// that supplier's push_supplier still to be delivered. Only
+			// push_supplier rows that are not done enter the index: the
+			// host's other inserts pay nothing but its condition.
+			{Table: outbox, Name: "external_integration_outbox_supplier_push_idx",
+				Definition: "(integration_connection_id, local_entity_id) where command_type = 'push_supplier' and status in ('queued', 'failed', 'processing')"},
+		},
+	},
 }
 
 // declaredIndex is the definition migration d.Version declares for d.Name.

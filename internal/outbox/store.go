@@ -560,6 +560,11 @@ type Outcome struct {
 	// paused or paced, a 429). The row is retried after RetryIn with the
 	// attempts it had; its attempt history still shows the try.
 	Uncharged bool
+	// WaitingFor is the outbox row an uncharged row waits for (its
+	// command's dependency, e.g. another entity's push): when that row's
+	// end is recorded, this one is due at once; RetryIn is only the latest
+	// it is looked at again.
+	WaitingFor string
 }
 
 // recordRow is one outcome as record.sql reads it (@outcomes, a JSON array
@@ -587,6 +592,7 @@ type recordRow struct {
 	// allow (Record): no conflict, and why in the attempt's history.
 	NoConflict bool    `json:"no_conflict"`
 	Note       *string `json:"note"`
+	WaitingFor *string `json:"waiting_for"`
 }
 
 // newRecordRow is o as record.sql reads it; its times to the microsecond,
@@ -597,7 +603,8 @@ func newRecordRow(o Outcome) recordRow {
 		LastError: pgtx.Nullable(o.LastError), RetrySeconds: o.RetryIn.Seconds(),
 		ConflictType: pgtx.Nullable(string(o.ConflictType)), ConflictSummary: pgtx.Nullable(o.ConflictSummary),
 		LocationID: pgtx.Nullable(o.LocationID), ConnectionID: pgtx.Nullable(o.ConnectionID),
-		ProviderCalled: o.ProviderCalled, Circuit: pgtx.Nullable(o.Circuit), Uncharged: o.Uncharged}
+		ProviderCalled: o.ProviderCalled, Circuit: pgtx.Nullable(o.Circuit), Uncharged: o.Uncharged,
+		WaitingFor: pgtx.Nullable(o.WaitingFor)}
 	r.StartedAt, r.FinishedAt = microseconds(o.CallStartedAt), microseconds(o.CallFinishedAt)
 	if o.HTTPStatus != 0 {
 		code := o.HTTPStatus

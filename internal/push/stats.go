@@ -19,6 +19,9 @@ type cacheStats interface {
 // batchStats counts what one SQS batch did, for its EMF lines.
 type batchStats struct {
 	malformed, duplicates, notRecorded int
+	// waiting counts the jobs sent back to wait for another command
+	// (Delivery.Wait): a dependency, neither a failure nor a delivery.
+	waiting int
 	// schemaErrors: statements the tables' shape refused (SchemaErrors).
 	schemaErrors   int
 	hits0, misses0 int64
@@ -63,6 +66,10 @@ func (s *batchStats) add(results []jobResult, recorded map[string]bool) {
 			s.notRecorded++
 			continue
 		}
+		if r.outcome.WaitingFor != "" {
+			s.waiting++
+			continue
+		}
 		ps := s.provider(r.provider)
 		ps.statuses[r.outcome.Status]++
 		if r.latency > 0 {
@@ -93,6 +100,7 @@ func (s *batchStats) emit(m *metrics.Emitter, creds Credentials) {
 		metrics.Counter("MalformedMessages", s.malformed),
 		metrics.Counter("ResultsNotRecorded", s.notRecorded),
 		metrics.Counter("SchemaErrors", s.schemaErrors),
+		metrics.Counter("WaitingForDependency", s.waiting),
 	}
 	if cs, ok := creds.(cacheStats); ok {
 		hits, misses := cs.Stats()

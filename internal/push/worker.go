@@ -94,7 +94,27 @@ type Delivery struct {
 	// Refusal, when set, ends the job in dead_letter with no provider call:
 	// its entity is missing, or its payload can never be sent.
 	Refusal *Refusal
+	// Wait, when set, sends the job back to the outbox with no provider
+	// call, its attempt not charged: it depends on another command that is
+	// not delivered yet (a purchase order on its supplier's push).
+	Wait *Wait
 }
+
+// Wait is a job's dependency on another outbox row.
+type Wait struct {
+	// For is the id of the outbox row the job waits for: when that row's
+	// end is recorded, the job is due at once.
+	For string
+	// Reason says what the job waits for; it is the row's last_error.
+	Reason string
+	// Recheck is the latest the job is looked at again should the end of
+	// For go unseen (its row dead-lettered by a dispatch run, deleted):
+	// WaitRecheck when zero.
+	Recheck time.Duration
+}
+
+// WaitRecheck is the default Wait.Recheck.
+const WaitRecheck = 5 * time.Minute
 
 // Refusal is why a job cannot be sent, whatever is tried again.
 type Refusal struct {
@@ -445,12 +465,12 @@ func (w *Worker) run(ctx context.Context, base *slog.Logger, job outbox.Job, ld 
 	o.LastError = cleanError(o.LastError, secrets)
 	o.ConflictSummary = cleanError(o.ConflictSummary, secrets)
 	level := slog.LevelInfo
-	if o.Status == outbox.StatusFailed || o.Status == outbox.StatusDeadLetter {
+	if (o.Status == outbox.StatusFailed && o.WaitingFor == "") || o.Status == outbox.StatusDeadLetter {
 		level = slog.LevelWarn
 	}
 	log.logAttrs(ctx, level, "job finished", slog.String("provider", res.provider), slog.String("status", string(o.Status)), slog.String("providerStatus", o.ProviderStatus),
 		slog.String("providerReference", o.ProviderReference), slog.String("conflictType", string(o.ConflictType)),
-		slog.String("error", o.LastError), slog.Float64("retryInSeconds", o.RetryIn.Seconds()),
+		slog.String("error", o.LastError), slog.Float64("retryInSeconds", o.RetryIn.Seconds()), slog.String("waitingFor", o.WaitingFor),
 		slog.Int64("durationMs", time.Since(began).Milliseconds()))
 	res.outcome = o
 	return res
@@ -495,6 +515,11 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 	}
 	if r := ld.Refusal; r != nil {
 		return permanent(job, r.Conflict, r.Reason), nil
+	}
+	if wt := ld.Wait; wt != nil {
+		o := uncharged(wt.Reason, cmp.Or(wt.Recheck, WaitRecheck))
+		o.WaitingFor = wt.For
+		return o, nil
 	}
 	if err := checkIdempotencyKey(job.IdempotencyKey); err != nil {
 		return permanent(job, outbox.ConflictPayloadInvalid, err.Error()), nil

@@ -12,14 +12,17 @@
 -- @command_failing_after_attempts): see its state_ CTEs below. Its
 -- outcomes come as one JSON array, typed by jsonb_to_recordset (@outcomes:
 -- Store.Record's recordRow). It returns the recorded ids, then one row per
--- circuit that changed state (a null id).
+-- circuit that changed state (a null id). A row recorded as waiting for
+-- another (a dependency, not a failure: uncharged) names it; its woken CTE
+-- makes the rows waiting for a row that ends due at once.
 
 with res as (
     select * from jsonb_to_recordset(@outcomes::jsonb)
         as r(id uuid, organization_id uuid, claim_token uuid, status text, provider_reference text,
             provider_status text, last_error text, retry_seconds float8, conflict_type text, conflict_summary text,
             location_id uuid, connection_id uuid, started_at timestamptz, finished_at timestamptz,
-            provider_called bool, http_status int, circuit text, uncharged bool, no_conflict bool, note text)
+            provider_called bool, http_status int, circuit text, uncharged bool, no_conflict bool, note text,
+            waiting_for uuid)
 ), updated as (
     update external_integration_outbox o
     -- The host's status may be an enum: res.status becomes its type.
@@ -31,8 +34,15 @@ with res as (
         provider_reference = coalesce(res.provider_reference, o.provider_reference),
         provider_status = coalesce(res.provider_status, o.provider_status),
         last_error = coalesce(res.last_error, o.last_error),
+        -- A row waiting for another (res.waiting_for) is due at once when
+        -- that one is no longer queued, failed or processing: its end was
+        -- recorded before this row named it (the wake below missed it).
         next_attempt_at = case when res.status in ('failed', 'processing')
-            then now() + make_interval(secs => res.retry_seconds) end,
+            then now() + make_interval(secs => case when res.waiting_for is null or exists (
+                select 1 from external_integration_outbox w
+                where w.id = res.waiting_for and w.status in ('queued', 'failed', 'processing'))
+            then res.retry_seconds else 0 end) end,
+        waiting_for_outbox_id = res.waiting_for,
         completed_at = case when res.status in ('completed', 'unsupported') then now() else o.completed_at end,
         lease_expires_at = null,
         updated_at = now()
@@ -69,6 +79,18 @@ with res as (
         coalesce(u.finished_at, now()), u.status, coalesce(u.provider_called, false), u.http_status,
         left(nullif(concat_ws('; ', u.attempt_error, u.note), ''), 1000), u.provider_reference, u.provider_status
     from updated u
+), woken as (
+    -- A row that ends (completed, uncertain, unsupported, dead_letter)
+    -- makes the rows waiting for it (waiting_for_outbox_id) due now, their
+    -- command's load then finds what they waited for. Rows of this record
+    -- are its own.
+    update external_integration_outbox w
+    set next_attempt_at = now(), updated_at = now()
+    from updated u
+    where w.waiting_for_outbox_id = u.id and w.organization_id = u.organization_id
+      and u.status::text not in ('queued', 'failed', 'processing')
+      and w.status in ('queued', 'failed')
+      and w.id not in (select r.id from res r)
 )
 -- The circuit breaker: per connection, a recorded success
 -- closes its circuit; retryable failures add to its consecutive failures, and
