@@ -1,13 +1,13 @@
 // Command demo runs the main job on this machine from nothing (make demo): a
 // throwaway PostgreSQL and moto_server (reused when DATABASE_URL /
-// AWS_ENDPOINT_URL are set), migrations, a queue and secrets, sample tenants
-// and purchase orders, then one dispatch run and a drain of the queue through
-// the real handlers, and a summary of what happened.
+// AWS_ENDPOINT_URL are set), migrations, the two command queues and secrets,
+// sample tenants, suppliers and purchase orders, then dispatch runs (as the
+// schedule would start them) while the real push handlers drain both
+// queues, and a summary of what happened.
 package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"integration-outbox/internal/app"
+	"integration-outbox/internal/dispatch"
 	"integration-outbox/internal/migrate"
 	"integration-outbox/internal/opsaws"
 	"integration-outbox/internal/testenv"
@@ -85,11 +86,11 @@ func run() error {
 		return err
 	}
 	defer recv.close()
-	xero, err := startXeroStandIn()
+	xero, err := testenv.StartXeroStandIn(demoXeroTenant, demoXeroAccessToken)
 	if err != nil {
 		return err
 	}
-	defer xero.close()
+	defer xero.Close()
 
 	logPath := filepath.Join(os.TempDir(), "integration-outbox-demo.log")
 	logFile, err := os.Create(logPath)
@@ -106,20 +107,24 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	queueURL, err := createQueue(ctx, sqs.NewFromConfig(pre.AWS))
+	queueURL, err := createQueue(ctx, sqs.NewFromConfig(pre.AWS), "push-purchase-order")
+	if err != nil {
+		return err
+	}
+	supplierQueueURL, err := createQueue(ctx, sqs.NewFromConfig(pre.AWS), "push-supplier")
 	if err != nil {
 		return err
 	}
 	pre.Close()
-	env["PUSH_PURCHASE_ORDER_QUEUE_URL"] = queueURL
+	env["PUSH_PURCHASE_ORDER_QUEUE_URL"], env["PUSH_SUPPLIER_QUEUE_URL"] = queueURL, supplierQueueURL
 	a, err := app.NewWithAWS(ctx, lookup(env), logFile, 0, opsaws.Load)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
 
-	fmt.Println("· seeding four organizations with purchase orders")
-	orgs, err := seed(ctx, a.Pool, secretsmanager.NewFromConfig(a.AWS), recv.url, xero.url)
+	fmt.Println("· seeding four organizations with purchase orders (and umbrella's suppliers)")
+	orgs, err := seed(ctx, a.Pool, secretsmanager.NewFromConfig(a.AWS), recv.url, xero.URL)
 	if err != nil {
 		return err
 	}
@@ -128,50 +133,36 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	worker, err := a.PushWorker()
+	orders, err := a.PushWorker()
 	if err != nil {
 		return err
 	}
-	// The push function drains the queue while dispatch runs, as Lambda's
-	// SQS event source would: a dispatch run that sent a command with
-	// another command of the same order behind it waits for its result and
-	// then sends the next one (per-entity order).
-	type drained struct {
-		batches, failures int
-		err               error
-	}
-	dispatching := make(chan struct{})
-	done := make(chan drained, 1)
-	go func() {
-		var d drained
-		pass := func() bool {
-			b, f, err := drain(ctx, sqs.NewFromConfig(a.AWS), queueURL, worker.Handle)
-			d.batches, d.failures, d.err = d.batches+b, d.failures+f, err
-			return err == nil
-		}
-		for pass() {
-			select {
-			case <-dispatching:
-				pass() // what dispatch sent at its end
-				done <- d
-				return
-			default:
-			}
-		}
-		done <- d
-	}()
-	summary, err := dispatcher.Handle(ctx, json.RawMessage(`{}`))
-	close(dispatching)
-	d := <-done
+	suppliers, err := a.PushSupplierWorker()
 	if err != nil {
-		return fmt.Errorf("dispatch: %w", err)
+		return err
 	}
-	if d.err != nil {
-		return d.err
+	queues := []queue{{"push-supplier", supplierQueueURL, suppliers.Handle}, {"push-purchase-order", queueURL, orders.Handle}}
+	// Dispatch runs as the schedule starts them, each while the push
+	// functions drain their queues, as Lambda's SQS event sources would: a
+	// run that sent a command with another command of the same order
+	// behind it waits for its result and sends the next one (per-entity
+	// order); an order that waited for its supplier's push goes in the run
+	// after that push (or in the same run, when the push ended first).
+	for run := 1; run <= 3; run++ {
+		summary, d, err := dispatchAndDrain(ctx, dispatcher, sqs.NewFromConfig(a.AWS), queues)
+		if err != nil {
+			return err
+		}
+		out, _ := json.Marshal(summary)
+		fmt.Printf("· dispatch run %d → %s\n", run, out)
+		for _, q := range queues {
+			fmt.Printf("  %s drained its queue meanwhile: %d SQS batches, %d batch item failures\n", q.function, d[q.function].batches, d[q.function].failures)
+		}
+		if summary.Claimed == 0 {
+			break
+		}
 	}
-	out, _ := json.Marshal(summary)
-	fmt.Printf("· dispatch → %s\n", out)
-	fmt.Printf("· push-purchase-order drained the queue meanwhile: %d SQS batches, %d batch item failures\n\n", d.batches, d.failures)
+	fmt.Println()
 
 	if err := report(ctx, a.Pool, orgs, recv, xero); err != nil {
 		return err
@@ -195,9 +186,65 @@ func lookup(env map[string]string) func(string) string {
 	}
 }
 
-func createQueue(ctx context.Context, client *sqs.Client) (string, error) {
+// queue is a command queue and the push handler that consumes it.
+type queue struct {
+	function, url string
+	handle        func(context.Context, events.SQSEvent) (events.SQSEventResponse, error)
+}
+
+// drained is what draining a queue did.
+type drained struct {
+	batches, failures int
+}
+
+// dispatchAndDrain runs dispatch once while the queues are drained, then
+// drains what it sent at its end.
+func dispatchAndDrain(ctx context.Context, dispatcher *dispatch.Dispatcher, client *sqs.Client,
+	queues []queue) (dispatch.Summary, map[string]drained, error) {
+	dispatching := make(chan struct{})
+	type result struct {
+		d   map[string]drained
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d := map[string]drained{}
+		pass := func() error {
+			for _, q := range queues {
+				b, f, err := drain(ctx, client, q.url, q.handle)
+				d[q.function] = drained{d[q.function].batches + b, d[q.function].failures + f}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		for {
+			if err := pass(); err != nil {
+				done <- result{d, err}
+				return
+			}
+			select {
+			case <-dispatching:
+				err := pass() // what dispatch sent at its end
+				done <- result{d, err}
+				return
+			default:
+			}
+		}
+	}()
+	summary, err := dispatcher.Handle(ctx, json.RawMessage(`{}`))
+	close(dispatching)
+	r := <-done
+	if err != nil {
+		return summary, nil, fmt.Errorf("dispatch: %w", err)
+	}
+	return summary, r.d, r.err
+}
+
+func createQueue(ctx context.Context, client *sqs.Client, function string) (string, error) {
 	out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{
-		QueueName:  aws.String("integration-outbox-demo-push-purchase-order"),
+		QueueName:  aws.String("integration-outbox-demo-" + function),
 		Attributes: map[string]string{"VisibilityTimeout": "30"},
 	})
 	if err != nil {
@@ -299,87 +346,10 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 
 func (r *receiver) close() { r.srv.Close() }
 
-// xeroStandIn is a LOCAL STAND-IN of Xero's accounting API, for the demo
-// only: it answers POST /api.xro/2.0/PurchaseOrders (create) and
-// /PurchaseOrders/{id} (update) the way Xero's reference documents, checks
-// the bearer token and the tenant header, and counts what it got. It is not
-// Xero; the provider's tests replay Xero's documented answers
-// (internal/provider/testdata/xero).
-type xeroStandIn struct {
-	url    string
-	srv    *http.Server
-	mu     sync.Mutex
-	counts map[string]int
-}
-
 const (
 	demoXeroTenant      = "4a3c1f0e-7b2d-4c5e-9f8a-1b2c3d4e5f60"
 	demoXeroAccessToken = "demo-xero-access-token"
 )
-
-func startXeroStandIn() (*xeroStandIn, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	x := &xeroStandIn{url: "http://" + l.Addr().String(), counts: map[string]int{}}
-	x.srv = &http.Server{Handler: http.HandlerFunc(x.serve), ReadHeaderTimeout: 5 * time.Second}
-	go x.srv.Serve(l)
-	return x, nil
-}
-
-func (x *xeroStandIn) serve(w http.ResponseWriter, req *http.Request) {
-	count := func(what string) {
-		x.mu.Lock()
-		x.counts[what]++
-		x.mu.Unlock()
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if req.Header.Get("Authorization") != "Bearer "+demoXeroAccessToken || req.Header.Get("xero-tenant-id") != demoXeroTenant {
-		count("401 Unauthorized")
-		w.WriteHeader(http.StatusUnauthorized)
-		io.WriteString(w, `{"Title":"Unauthorized","Status":401,"Detail":"AuthenticationUnsuccessful"}`)
-		return
-	}
-	id, update := strings.CutPrefix(req.URL.Path, "/api.xro/2.0/PurchaseOrders/")
-	if req.Method != http.MethodPost || (!update && req.URL.Path != "/api.xro/2.0/PurchaseOrders") {
-		count("404 Not Found")
-		w.WriteHeader(http.StatusNotFound)
-		return
-	}
-	var body struct {
-		PurchaseOrders []struct {
-			Reference string
-			Status    string
-			LineItems []json.RawMessage
-		}
-	}
-	if err := json.NewDecoder(io.LimitReader(req.Body, 1<<20)).Decode(&body); err != nil || len(body.PurchaseOrders) != 1 {
-		count("400 Bad Request")
-		w.WriteHeader(http.StatusBadRequest)
-		io.WriteString(w, `{"Type":"ValidationException","Message":"A validation exception occurred","Elements":[]}`)
-		return
-	}
-	if update {
-		count("200 OK (update)")
-	} else {
-		id = newUUID()
-		count("200 OK (create)")
-	}
-	po := body.PurchaseOrders[0]
-	fmt.Fprintf(w, `{"Status":"OK","PurchaseOrders":[{"PurchaseOrderID":%q,"Reference":%q,"Status":%q,"LineItems":%d}]}`,
-		id, po.Reference, po.Status, len(po.LineItems))
-}
-
-func (x *xeroStandIn) close() { x.srv.Close() }
-
-// newUUID is a random version-4 UUID.
-func newUUID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
-}
 
 type org struct {
 	name string
@@ -454,13 +424,17 @@ func seed(ctx context.Context, pool *pgxpool.Pool, sm *secretsmanager.Client, we
 		}
 		return id
 	}
-	command := func(orgID, connID, provider, commandType, poID, supplier string) {
+	enqueue := func(orgID, connID, provider, commandType, entityType, entityID string, payload any) {
+		b, _ := json.Marshal(payload)
 		if err == nil {
 			_, err = tx.Exec(ctx, `insert into external_integration_outbox (organization_id, integration_connection_id, provider,
 				command_type, local_entity_type, local_entity_id, payload_json, idempotency_key)
-				values ($1, $2, $3, $4, 'purchase_order', $5, jsonb_build_object('externalSupplierId', $6::text), 'demo-' || gen_random_uuid())`,
-				orgID, connID, provider, commandType, poID, supplier)
+				values ($1, $2, $3, $4, $5, $6, $7, 'demo-' || gen_random_uuid())`,
+				orgID, connID, provider, commandType, entityType, entityID, b)
 		}
+	}
+	command := func(orgID, connID, provider, commandType, poID, supplier string) {
+		enqueue(orgID, connID, provider, commandType, "purchase_order", poID, map[string]string{"externalSupplierId": supplier})
 	}
 	acmeConn := conn(acme, "", "webhook", secretName, map[string]string{"url": webhookURL})
 	for range 4 {
@@ -482,11 +456,26 @@ func seed(ctx context.Context, pool *pgxpool.Pool, sm *secretsmanager.Client, we
 	command(initech, initechConn, "webhook", "push_invoice", order(initech, location, 1), "SUP-300")
 	xeroConn := conn(umbrella, "", "xero", xeroSecret, map[string]string{"tenantId": demoXeroTenant, "accountCode": "300",
 		"apiBaseUrl": xeroURL + "/api.xro/2.0", "tokenUrl": xeroURL + "/connect/token"})
-	const xeroContact = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+	// Umbrella's back office has just connected Xero: its two suppliers
+	// are pushed first (Xero contacts), and its orders name the host's
+	// supplier (payload supplierId), not a Xero ContactID: each waits for
+	// its supplier's push, no attempt used, then goes to that contact.
+	pushSupplier := func(name, code string) string {
+		id := newID(ctx, pool)
+		enqueue(umbrella, xeroConn, "xero", "push_supplier", "supplier", id, map[string]any{"name": name, "code": code,
+			"email": "orders@" + strings.ToLower(strings.Fields(name)[0]) + ".example", "currencyCode": "EUR",
+			"addressLines": []string{"1 Harbour Road"}, "city": "Dublin", "country": "IE"})
+		return id
+	}
+	supplierOrder := func(poID, supplier string) {
+		enqueue(umbrella, xeroConn, "xero", "push_purchase_order", "purchase_order", poID, map[string]string{"supplierId": supplier})
+	}
+	fresh, harbour := pushSupplier("Fresh Produce Ltd", "SUP-FRESH"), pushSupplier("Harbour Fish Co", "SUP-HARBOUR")
 	twice := order(umbrella, "", 2)
-	command(umbrella, xeroConn, "xero", "push_purchase_order", twice, xeroContact)
-	command(umbrella, xeroConn, "xero", "push_purchase_order", order(umbrella, "", 3), xeroContact)
-	command(umbrella, xeroConn, "xero", "push_purchase_order", twice, xeroContact) // amended: updates the first
+	supplierOrder(twice, fresh)
+	supplierOrder(order(umbrella, "", 3), harbour)
+	supplierOrder(twice, fresh) // amended: updates the first
+	supplierOrder(order(umbrella, "", 1), newID(ctx, pool)) // a supplier nobody pushed: refused, naming it
 	command(umbrella, xeroConn, "xero", "push_purchase_order", order(umbrella, "", 1), "SUP-NOT-A-GUID")
 	if err != nil {
 		return nil, fmt.Errorf("seeding: %w", err)
@@ -500,7 +489,7 @@ func newID(ctx context.Context, pool *pgxpool.Pool) string {
 	return id
 }
 
-func report(ctx context.Context, pool *pgxpool.Pool, orgs []org, recv *receiver, xero *xeroStandIn) error {
+func report(ctx context.Context, pool *pgxpool.Pool, orgs []org, recv *receiver, xero *testenv.XeroStandIn) error {
 	names := map[string]string{}
 	var ids []string
 	for _, o := range orgs {
@@ -562,16 +551,23 @@ func report(ctx context.Context, pool *pgxpool.Pool, orgs []org, recv *receiver,
 	fmt.Printf("  %-28s %d (bearer token + X-Outbox-Signature)\n", "signed", recv.signed)
 	fmt.Printf("  %-28s %d\n", "total", total)
 
-	xero.mu.Lock()
-	defer xero.mu.Unlock()
 	fmt.Println("\nRequests the LOCAL STAND-IN of Xero's API got (umbrella; not Xero):")
+	counts := xero.Counts()
 	answers = answers[:0]
-	for a := range xero.counts {
+	for a := range counts {
 		answers = append(answers, a)
 	}
 	sort.Strings(answers)
 	for _, a := range answers {
-		fmt.Printf("  %-28s %d\n", a, xero.counts[a])
+		fmt.Printf("  %-28s %d\n", a, counts[a])
+	}
+	fmt.Println("\nIts purchase orders, each with the contact a push_supplier created:")
+	contacts := map[string]string{}
+	for _, c := range xero.Contacts() {
+		contacts[c.ContactID] = c.Name + " (" + c.ContactNumber + ")"
+	}
+	for _, o := range xero.Orders() {
+		fmt.Printf("  %s  %d lines  → %s\n", o.Reference, o.Lines, contacts[o.ContactID])
 	}
 	return nil
 }

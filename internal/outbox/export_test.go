@@ -65,4 +65,5 @@ func (s *Store) statementPlan(ctx context.Context, tx pgx.Tx, sql string, args p
 var (
 	ClaimSQL             = claimScheduledSQL
 	DeadLetterExpiredSQL = deadLetterExpiredSQL
+	RecordSQL            = recordSQL
 )

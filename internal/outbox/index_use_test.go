@@ -2,6 +2,8 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -52,6 +54,15 @@ func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
 		"organization_id": nil, "ids": nil, "max_in_flight": 5000, "connection_max_in_flight": 10,
 		"after_organization": "00000000-0000-0000-0000-000000000000", "circuit_on": true}
 	deadLetterArgs := pgx.NamedArgs{"max_attempts": 10, "organization_id": nil, "ids": nil}
+	// A batch of 10 results, as a push function records them.
+	var results []string
+	for i := range 10 {
+		results = append(results, fmt.Sprintf(`{"id":"00000000-0000-4000-a000-%012d","organization_id":"%s",`+
+			`"claim_token":"00000000-0000-4000-b000-%012d","status":"completed"}`, i, org, i))
+	}
+	recordArgs := pgx.NamedArgs{"outcomes": "[" + strings.Join(results, ",") + "]", "failure_threshold": 5,
+		"cooldown_seconds": 60.0, "events_on": false, "failing_after_seconds": 900.0, "disable_after_seconds": 0.0,
+		"disable_min_span_seconds": 0.0, "command_failing_after_attempts": 3}
 	// The enqueue function's look-up of a key, as installed.
 	var existingSQL string
 	if err := f.Pool.QueryRow(ctx, `select prosrc from pg_proc where proname = 'integration_outbox_enqueue_existing'`).Scan(&existingSQL); err != nil {
@@ -74,6 +85,7 @@ func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
 		{"external_integration_conflicts_open_outbox_idx", "dead_letter_expired.sql (one open conflict per row)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
 		{"external_integration_outbox_enqueue_key_idx", "integration_outbox_enqueue_existing (enqueued keys)", existingSQL, []any{org, "key-42"}},
 		{"external_integration_outbox_legacy_key_idx", "integration_outbox_enqueue_existing (the host's older keys)", existingSQL, []any{org, "key-1042"}},
+		{"external_integration_outbox_waiting_idx", "record.sql (the rows waiting for a row that ends)", outbox.RecordSQL, []any{recordArgs}},
 	}
 	for _, c := range cases {
 		t.Run(c.index+" "+c.statement, func(t *testing.T) {

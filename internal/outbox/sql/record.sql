@@ -87,7 +87,8 @@ with res as (
     update external_integration_outbox w
     set next_attempt_at = now(), updated_at = now()
     from updated u
-    where w.waiting_for_outbox_id = u.id and w.organization_id = u.organization_id
+    where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = u.id
+      and w.organization_id = u.organization_id
       and u.status::text not in ('queued', 'failed', 'processing')
       and w.status in ('queued', 'failed')
       and w.id not in (select r.id from res r)
