@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/text/currency"
 
@@ -232,12 +233,19 @@ func currencyOf(code string) (money, error) {
 	if !isoCode.MatchString(code) {
 		return money{}, payloadError("purchase order currency %q is not an ISO 4217 code", code)
 	}
-	unit, err := currency.ParseISO(code)
-	if err != nil || unit.String() == "XXX" {
+	unit, ok := knownCurrency(code)
+	if !ok {
 		return money{}, payloadError("purchase order currency %q is not a known ISO 4217 currency", code)
 	}
 	scale, _ := currency.Standard.Rounding(unit)
 	return money{code: code, scale: scale}, nil
+}
+
+// knownCurrency returns the ISO 4217 currency of code, false for a code
+// that names none.
+func knownCurrency(code string) (currency.Unit, bool) {
+	unit, err := currency.ParseISO(code)
+	return unit, err == nil && unit.String() != "XXX" && isoCode.MatchString(code)
 }
 
 // amount returns an amount in minor units (an integer) as a decimal string
@@ -343,6 +351,34 @@ func deriveKey(key, prefix string, max int) string {
 	sum := sha256.Sum256([]byte(key))
 	derived := prefix + hex.EncodeToString(sum[:])
 	return derived[:min(len(derived), max)]
+}
+
+// fieldLimit is one supplier field as a provider takes it: the payload_json
+// key it came from, its value, and the most characters the provider's field
+// (named in messages) takes.
+type fieldLimit struct {
+	key, value, target string
+	max                int
+}
+
+// checkLengths refuses, naming the payload field and the provider's, the
+// first value longer than the provider takes: cutting a name or a tax
+// number would send another one.
+func checkLengths(fields []fieldLimit) error {
+	for _, f := range fields {
+		if n := utf8.RuneCountInString(f.value); n > f.max {
+			return payloadError("payload_json.%s: %d characters; %s takes at most %d", f.key, n, f.target, f.max)
+		}
+	}
+	return nil
+}
+
+// supplierCurrency checks the supplier's default currency, when it has one.
+func supplierCurrency(code string) error {
+	if _, ok := knownCurrency(code); code != "" && !ok {
+		return payloadError("payload_json.currencyCode: %q is not a known ISO 4217 currency", code)
+	}
+	return nil
 }
 
 // bearer returns the Authorization value of cred, or a ConfigInvalid error

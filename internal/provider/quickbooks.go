@@ -251,24 +251,42 @@ func (q *QuickBooks) PushPurchaseOrder(ctx context.Context, conn Connection, cre
 	if err != nil {
 		return Result{}, err
 	}
-	res, ans, err := q.post(ctx, cfg, auth, QuickBooksRequestID(cmd.IdempotencyKey), body, cred)
-	if err == nil || cmd.Document == nil || !ans.hasCode(quickBooksStaleObject) {
-		return res, err
-	}
+	res, _, err := q.write(ctx, cfg, auth, qboPurchaseOrderEntity, cmd.IdempotencyKey, cmd.Document, body,
+		func(doc *Document) ([]byte, error) { return quickBooksBody(cfg, cmd, doc) }, cred)
+	return res, err
+}
 
-	// Stale SyncToken: someone changed the purchase order since we last
-	// wrote it. Read its current SyncToken and send the same update once
-	// more, under a requestid of its own (QuickBooks would replay the stale
-	// answer for the first one).
-	token, err := q.syncToken(ctx, cfg, auth, cmd.Document.ID, cred)
+// qboEntity is one kind of QuickBooks object we write: its path under the
+// company, its key in answers, and its name in messages.
+type qboEntity struct {
+	path, key, label string
+}
+
+var (
+	qboPurchaseOrderEntity = qboEntity{path: "purchaseorder", key: "PurchaseOrder", label: "purchase order"}
+	qboVendorEntity        = qboEntity{path: "vendor", key: "Vendor", label: "vendor"}
+)
+
+// write sends body, a create of entity or, with doc, its sparse update, and
+// interprets the answer. When the update finds the SyncToken stale (error
+// 5010), someone changed the object since we last wrote it: write reads its
+// current SyncToken and sends the update rebuilt by rebuild once more, under
+// a requestid of its own (QuickBooks would replay the stale answer for the
+// first one). The decoded answer lets the caller look at its fault codes.
+func (q *QuickBooks) write(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, entity qboEntity, key string,
+	doc *Document, body []byte, rebuild func(*Document) ([]byte, error), cred credential.Credential) (Result, qboAnswer, error) {
+	res, ans, err := q.post(ctx, cfg, auth, entity, QuickBooksRequestID(key), body, cred)
+	if err == nil || doc == nil || !ans.hasCode(quickBooksStaleObject) {
+		return res, ans, err
+	}
+	token, err := q.syncToken(ctx, cfg, auth, entity, doc.ID, cred)
 	if err != nil {
-		return Result{}, err
+		return Result{}, qboAnswer{}, err
 	}
-	doc := &Document{ID: cmd.Document.ID, SyncToken: token}
-	if body, err = quickBooksBody(cfg, cmd, doc); err != nil {
-		return Result{}, err
+	if body, err = rebuild(&Document{ID: doc.ID, SyncToken: token}); err != nil {
+		return Result{}, qboAnswer{}, err
 	}
-	res, ans, err = q.post(ctx, cfg, auth, QuickBooksRequestID(cmd.IdempotencyKey+"#synctoken="+token), body, cred)
+	res, ans, err = q.post(ctx, cfg, auth, entity, QuickBooksRequestID(key+"#synctoken="+token), body, cred)
 	if err != nil && ans.hasCode(quickBooksStaleObject) {
 		// Changed again meanwhile: a later attempt reads it anew.
 		var perr *Error
@@ -276,7 +294,7 @@ func (q *QuickBooks) PushPurchaseOrder(ctx context.Context, conn Connection, cre
 			perr.Kind = Retryable
 		}
 	}
-	return res, err
+	return res, ans, err
 }
 
 // url returns {apiBaseUrl}/v3/company/{realmId}/{rest} with query q and
@@ -297,13 +315,13 @@ func (q *QuickBooks) header(auth string) http.Header {
 	return h
 }
 
-// post sends a purchase order (create or sparse update) and interprets the
+// post sends an entity (create or sparse update) and interprets the
 // answer; the decoded answer lets the caller look at its fault codes.
-func (q *QuickBooks) post(ctx context.Context, cfg QuickBooksConnectionConfig, auth, requestID string, body []byte,
-	cred credential.Credential) (Result, qboAnswer, error) {
+func (q *QuickBooks) post(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, entity qboEntity, requestID string,
+	body []byte, cred credential.Credential) (Result, qboAnswer, error) {
 	h := q.header(auth)
 	h.Set("Content-Type", "application/json")
-	a, err := q.c.do(ctx, http.MethodPost, cfg.url("purchaseorder", url.Values{"requestid": {requestID}}), "apiBaseUrl", h, body, cred)
+	a, err := q.c.do(ctx, http.MethodPost, cfg.url(entity.path, url.Values{"requestid": {requestID}}), "apiBaseUrl", h, body, cred)
 	if err != nil {
 		return Result{}, qboAnswer{}, err
 	}
@@ -311,43 +329,45 @@ func (q *QuickBooks) post(ctx context.Context, cfg QuickBooksConnectionConfig, a
 	if err := q.failure(a, ans, cred); err != nil {
 		return Result{}, ans, err
 	}
-	po := ans.PurchaseOrder
-	if po == nil || po.ID == "" || len(po.ID) > maxExternalIDBytes {
+	obj := ans.object(entity)
+	if obj == nil || obj.ID == "" || len(obj.ID) > maxExternalIDBytes {
 		// Taken, but we cannot tell what it created: the same requestid
 		// gets the same answer.
 		return Result{}, ans, redactError(&Error{Kind: Retryable, StatusCode: a.status, Message: fmt.Sprintf(
-			"quickbooks answered %d without a PurchaseOrder Id: %s", a.status, quoteBody(a.body, cred))}, cred)
+			"quickbooks answered %d without a %s Id: %s", a.status, entity.key, quoteBody(a.body, cred))}, cred)
 	}
-	return Result{Status: StatusCompleted, ExternalID: po.ID, StatusCode: a.status,
-		Document: &Document{ID: po.ID, SyncToken: po.SyncToken}}, ans, nil
+	return Result{Status: StatusCompleted, ExternalID: obj.ID, StatusCode: a.status,
+		Document: &Document{ID: obj.ID, SyncToken: obj.SyncToken}}, ans, nil
 }
 
-// syncToken reads the current SyncToken of purchase order id.
-func (q *QuickBooks) syncToken(ctx context.Context, cfg QuickBooksConnectionConfig, auth, id string, cred credential.Credential) (string, error) {
-	a, err := q.c.do(ctx, http.MethodGet, cfg.url("purchaseorder/"+url.PathEscape(id), url.Values{}), "apiBaseUrl", q.header(auth), nil, cred)
+// syncToken reads the current SyncToken of entity id.
+func (q *QuickBooks) syncToken(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, entity qboEntity, id string,
+	cred credential.Credential) (string, error) {
+	a, err := q.c.do(ctx, http.MethodGet, cfg.url(entity.path+"/"+url.PathEscape(id), url.Values{}), "apiBaseUrl", q.header(auth), nil, cred)
 	if err != nil {
 		return "", err
 	}
 	ans := decodeQBOAnswer(a.body)
 	if err := q.failure(a, ans, cred); err != nil {
-		err.Message = "reading the purchase order's SyncToken: " + err.Message
+		err.Message = "reading the " + entity.label + "'s SyncToken: " + err.Message
 		return "", err
 	}
-	if ans.PurchaseOrder == nil || ans.PurchaseOrder.SyncToken == "" {
-		return "", redactError(&Error{Kind: Retryable, StatusCode: a.status, Message: fmt.Sprintf(
-			"quickbooks answered %d to reading purchase order %s without a SyncToken", a.status, id)}, cred)
+	if obj := ans.object(entity); obj != nil && obj.SyncToken != "" {
+		return obj.SyncToken, nil
 	}
-	return ans.PurchaseOrder.SyncToken, nil
+	return "", redactError(&Error{Kind: Retryable, StatusCode: a.status, Message: fmt.Sprintf(
+		"quickbooks answered %d to reading %s %s without a SyncToken", a.status, entity.label, id)}, cred)
 }
 
 // qboAnswer is what we read of QuickBooks' answers: the purchase order, or
 // a Fault (keys match case-insensitively: the authentication faults come
 // as "fault"/"error"/"message").
 type qboAnswer struct {
-	PurchaseOrder *struct {
-		ID        string `json:"Id"`
-		SyncToken string `json:"SyncToken"`
-	} `json:"PurchaseOrder"`
+	PurchaseOrder *qboObject `json:"PurchaseOrder"`
+	Vendor        *qboObject `json:"Vendor"`
+	QueryResponse *struct {
+		Vendor []qboObject `json:"Vendor"`
+	} `json:"QueryResponse"`
 	Fault *struct {
 		Type  string `json:"type"`
 		Error []struct {
@@ -357,6 +377,24 @@ type qboAnswer struct {
 			Element string `json:"element"`
 		} `json:"Error"`
 	} `json:"Fault"`
+}
+
+// qboObject is what we read of an object QuickBooks answers.
+type qboObject struct {
+	ID          string `json:"Id"`
+	SyncToken   string `json:"SyncToken"`
+	DisplayName string `json:"DisplayName"`
+}
+
+// object is the answer's object of entity, nil when it has none.
+func (a qboAnswer) object(entity qboEntity) *qboObject {
+	switch entity {
+	case qboPurchaseOrderEntity:
+		return a.PurchaseOrder
+	case qboVendorEntity:
+		return a.Vendor
+	}
+	return nil
 }
 
 func decodeQBOAnswer(body []byte) qboAnswer {

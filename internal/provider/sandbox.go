@@ -83,18 +83,57 @@ func (s *Sandbox) PushPurchaseOrder(ctx context.Context, conn Connection, _ cred
 	if cmd.IdempotencyKey == "" {
 		return Result{}, &Error{Kind: PayloadInvalid, Message: "idempotency_key: missing or empty"}
 	}
+	return s.answer(ctx, cfg, cmd.IdempotencyKey, "")
+}
+
+// PushSupplier answers as conn.Config says, after its latency, like
+// PushPurchaseOrder. A completed push of a supplier without a document
+// creates one, "sandbox-" and a hash of the key; with one (cmd.Document) it
+// updates that one and keeps its id.
+func (s *Sandbox) PushSupplier(ctx context.Context, conn Connection, _ credential.Credential, cmd SupplierPush) (Result, error) {
+	cfg, err := s.config(conn.Config)
+	if err != nil {
+		return Result{}, err
+	}
+	if cmd.Supplier.Name == "" {
+		return Result{}, &Error{Kind: PayloadInvalid, Message: "payload_json.name: missing or empty"}
+	}
+	if cmd.IdempotencyKey == "" {
+		return Result{}, &Error{Kind: PayloadInvalid, Message: "idempotency_key: missing or empty"}
+	}
+	existing := ""
+	if cmd.Document != nil {
+		existing = cmd.Document.ID
+	}
+	res, err := s.answer(ctx, cfg, cmd.IdempotencyKey, existing)
+	if err != nil || res.Status != StatusCompleted {
+		return res, err
+	}
+	res.Document, res.Action = &Document{ID: res.ExternalID}, SupplierCreated
+	if existing != "" {
+		res.Action = SupplierUpdated
+	}
+	return res, nil
+}
+
+// answer waits the configured latency and answers as cfg says for key; the
+// id is existing when set, else derived from key.
+func (s *Sandbox) answer(ctx context.Context, cfg sandboxConfig, key, existing string) (Result, error) {
 	if cfg.Latency > 0 {
 		if err := s.sleep(ctx, cfg.Latency); err != nil {
 			return Result{}, &Error{Kind: Retryable, Message: "sandbox: call cut short", Err: err}
 		}
 	}
 
-	sum := sha256.Sum256([]byte(cmd.IdempotencyKey))
+	sum := sha256.Sum256([]byte(key))
 	if keyFraction(sum) < cfg.FailureRate {
 		return Result{}, &Error{Kind: Retryable, RetryAfter: cfg.RetryAfter,
 			Message: fmt.Sprintf("sandbox: simulated failure (failureRate %g)", cfg.FailureRate)}
 	}
-	id := "sandbox-" + hex.EncodeToString(sum[:])[:12]
+	id := existing
+	if id == "" {
+		id = "sandbox-" + hex.EncodeToString(sum[:])[:12]
+	}
 	switch cfg.Answer {
 	case sandboxAccepted:
 		return Result{Status: StatusAccepted, ExternalID: id}, nil

@@ -57,3 +57,11 @@ type SupplierPusher interface {
 	Provider
 	PushSupplier(ctx context.Context, conn Connection, cred credential.Credential, cmd SupplierPush) (Result, error)
 }
+
+// SupplierChecker is a SupplierPusher that can tell, without calling
+// anyone, that PushSupplier would refuse the push before any call (bad
+// config_json, a field the provider cannot take, no access token), as
+// PurchaseOrderChecker does for purchase orders.
+type SupplierChecker interface {
+	CheckSupplier(conn Connection, cred credential.Credential, cmd SupplierPush) error
+}

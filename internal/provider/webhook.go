@@ -103,7 +103,28 @@ func (w *Webhook) PushPurchaseOrder(ctx context.Context, conn Connection, cred c
 	if err != nil {
 		return Result{}, err
 	}
+	return w.send(ctx, target, cred, cmd.IdempotencyKey, body)
+}
 
+// PushSupplier POSTs the supplier to the connection's URL as a signed event
+// like the purchase order's (docs/receivers.md): same headers, signatures
+// and treatment of the answer. Every failure is an *Error whose Kind says
+// whether a retry can help; its text never contains a value of cred.
+func (w *Webhook) PushSupplier(ctx context.Context, conn Connection, cred credential.Credential, cmd SupplierPush) (Result, error) {
+	target, err := parseWebhookConfig(conn.Config, w.cfg.AllowPrivateNetworks)
+	if err != nil {
+		return Result{}, err
+	}
+	body, err := encodeSupplierBody(cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	return w.send(ctx, target, cred, cmd.IdempotencyKey, body)
+}
+
+// send POSTs one signed body under idempotency key key and interprets the
+// answer.
+func (w *Webhook) send(ctx context.Context, target *url.URL, cred credential.Credential, key string, body []byte) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout) // keeps an earlier ctx deadline
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.String(), bytes.NewReader(body))
@@ -113,11 +134,11 @@ func (w *Webhook) PushPurchaseOrder(ctx context.Context, conn Connection, cred c
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "integration-outbox-webhook/1")
-	req.Header.Set("Idempotency-Key", cmd.IdempotencyKey)
+	req.Header.Set("Idempotency-Key", key)
 	if !cred.Token.IsZero() {
 		req.Header.Set("Authorization", "Bearer "+cred.Token.Reveal())
 	}
-	if err := signRequest(req.Header, cred, cmd.IdempotencyKey, w.cfg.Clock(), body); err != nil {
+	if err := signRequest(req.Header, cred, key, w.cfg.Clock(), body); err != nil {
 		return Result{}, err
 	}
 
@@ -268,6 +289,55 @@ func encodeWebhookBody(cmd PurchaseOrderPush) ([]byte, error) {
 		ExternalSupplierID: cmd.ExternalSupplierID, PurchaseOrder: cmd.PurchaseOrder})
 	if err != nil {
 		return nil, &Error{Kind: PayloadInvalid, Message: "purchaseOrder: encoding the webhook body", Err: err}
+	}
+	return body, nil
+}
+
+// supplierBody is the request body of a push_supplier command; field order
+// is the wire order. Every key is always sent, a field the host did not
+// give as "" (addressLines as []): a receiver tells a field the host
+// cleared from one it kept, and reads one shape.
+type supplierBody struct {
+	CommandType    string          `json:"commandType"`
+	IdempotencyKey string          `json:"idempotencyKey"`
+	Supplier       webhookSupplier `json:"supplier"`
+}
+
+type webhookSupplier struct {
+	ID           string   `json:"id"`
+	Name         string   `json:"name"`
+	Email        string   `json:"email"`
+	Phone        string   `json:"phone"`
+	AddressLines []string `json:"addressLines"`
+	City         string   `json:"city"`
+	PostalCode   string   `json:"postalCode"`
+	Country      string   `json:"country"`
+	TaxNumber    string   `json:"taxNumber"`
+	CurrencyCode string   `json:"currencyCode"`
+	Code         string   `json:"code"`
+}
+
+// encodeSupplierBody builds the request body of a supplier push.
+func encodeSupplierBody(cmd SupplierPush) ([]byte, error) {
+	if cmd.IdempotencyKey == "" {
+		return nil, &Error{Kind: PayloadInvalid, Message: "idempotency_key: missing or empty"}
+	}
+	s := cmd.Supplier
+	if s.ID == "" {
+		return nil, &Error{Kind: PayloadInvalid, Message: "local_entity_id: missing or empty (the host's supplier id)"}
+	}
+	if s.Name == "" {
+		return nil, &Error{Kind: PayloadInvalid, Message: "payload_json.name: missing or empty"}
+	}
+	lines := s.AddressLines
+	if lines == nil {
+		lines = []string{}
+	}
+	body, err := json.Marshal(supplierBody{CommandType: cmd.CommandType, IdempotencyKey: cmd.IdempotencyKey,
+		Supplier: webhookSupplier{ID: s.ID, Name: s.Name, Email: s.Email, Phone: s.Phone, AddressLines: lines, City: s.City,
+			PostalCode: s.PostalCode, Country: s.Country, TaxNumber: s.TaxNumber, CurrencyCode: s.CurrencyCode, Code: s.Code}})
+	if err != nil {
+		return nil, &Error{Kind: PayloadInvalid, Message: "supplier: encoding the webhook body", Err: err}
 	}
 	return body, nil
 }

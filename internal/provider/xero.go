@@ -221,13 +221,9 @@ func (x *Xero) PushPurchaseOrder(ctx context.Context, conn Connection, cred cred
 		q.Set("summarizeErrors", "false")
 	}
 	target.RawQuery = q.Encode()
-	h := http.Header{}
-	h.Set("Authorization", auth)
-	h.Set("xero-tenant-id", cfg.TenantID)
+	h := cfg.header(auth)
 	h.Set("Idempotency-Key", XeroIdempotencyKey(cmd.IdempotencyKey))
 	h.Set("Content-Type", "application/json")
-	h.Set("Accept", "application/json")
-	h.Set("User-Agent", "integration-outbox-xero/1")
 	a, err := x.c.do(ctx, http.MethodPost, &target, "apiBaseUrl", h, body, cred)
 	if err != nil {
 		return Result{}, err
@@ -235,55 +231,89 @@ func (x *Xero) PushPurchaseOrder(ctx context.Context, conn Connection, cred cred
 	return x.interpret(a, cred)
 }
 
-// xeroAnswer is what we read of Xero's answers: the purchase orders of a
-// 200, the Error of a 400, the problem of a 401/403.
+// header returns the headers of every call to the connection's tenant.
+func (cfg XeroConnectionConfig) header(auth string) http.Header {
+	h := http.Header{}
+	h.Set("Authorization", auth)
+	h.Set("xero-tenant-id", cfg.TenantID)
+	h.Set("Accept", "application/json")
+	h.Set("User-Agent", "integration-outbox-xero/1")
+	return h
+}
+
+// xeroAnswer is what we read of Xero's answers: the purchase orders or
+// contacts of a 200, the Error of a 400, the problem of a 401/403.
 type xeroAnswer struct {
-	PurchaseOrders []struct {
-		PurchaseOrderID       string
-		StatusAttributeString string
-		ValidationErrors      []struct{ Message string }
+	PurchaseOrders []xeroElement
+	Contacts       []xeroElement
+	Type           *string
+	Message        string
+	Elements       []xeroElement
+	Title          string
+	Detail         string
+}
+
+// xeroElement is one purchase order or contact of an answer, or one
+// element of a validation exception.
+type xeroElement struct {
+	PurchaseOrderID       string
+	ContactID             string
+	Name                  string
+	ContactNumber         string
+	StatusAttributeString string
+	HasValidationErrors   bool
+	ValidationErrors      []struct{ Message string }
+}
+
+// refused reports whether Xero refused the element, and its messages.
+func (el xeroElement) refused() (bool, []string) {
+	var msgs []string
+	for _, v := range el.ValidationErrors {
+		msgs = append(msgs, v.Message)
 	}
-	Type     *string
-	Message  string
-	Elements []struct {
-		ValidationErrors []struct{ Message string }
-	}
-	Title  string
-	Detail string
+	return len(msgs) > 0 || el.HasValidationErrors || el.StatusAttributeString == "ERROR", msgs
+}
+
+func decodeXeroAnswer(body []byte) xeroAnswer {
+	var ans xeroAnswer
+	_ = json.Unmarshal(body, &ans) // an answer we cannot read is quoted instead
+	return ans
 }
 
 // xeroDayLimitPause caps the pause after Xero's daily limit: the
 // Retry-After of a "day" problem names the limit's reset, up to a day off.
 const xeroDayLimitPause = 24 * time.Hour
 
-// interpret maps Xero's answer to a Result or an *Error.
+// interpret maps Xero's answer to a purchase order push to a Result or an
+// *Error.
 func (x *Xero) interpret(a answer, cred credential.Credential) (Result, error) {
-	var ans xeroAnswer
-	_ = json.Unmarshal(a.body, &ans) // an answer we cannot read is quoted instead
-	if a.status >= 200 && a.status < 300 {
-		if len(ans.PurchaseOrders) == 0 || ans.PurchaseOrders[0].PurchaseOrderID == "" && len(ans.PurchaseOrders[0].ValidationErrors) == 0 {
-			// Xero took the call but we cannot tell what it created: a retry
-			// with the same Idempotency-Key gets the same answer.
-			return Result{}, redactError(&Error{Kind: Retryable, StatusCode: a.status,
-				Message: fmt.Sprintf("xero answered %d without a PurchaseOrderID: %s", a.status, quoteBody(a.body, cred))}, cred)
-		}
-		po := ans.PurchaseOrders[0]
-		if len(po.ValidationErrors) > 0 || po.StatusAttributeString == "ERROR" {
-			var msgs []string
-			for _, v := range po.ValidationErrors {
-				msgs = append(msgs, v.Message)
-			}
-			return Result{}, redactError(&Error{Kind: Rejected, StatusCode: a.status,
-				Message: "xero refused the purchase order: " + quoteBody([]byte(strings.Join(msgs, "; ")), cred)}, cred)
-		}
-		id := po.PurchaseOrderID
-		if !isGUID(id) {
-			return Result{}, redactError(&Error{Kind: Retryable, StatusCode: a.status,
-				Message: "xero answered a PurchaseOrderID that is not a GUID: " + quoteBody([]byte(id), cred)}, cred)
-		}
-		return Result{Status: StatusCompleted, ExternalID: id, StatusCode: a.status, Document: &Document{ID: id}}, nil
+	ans := decodeXeroAnswer(a.body)
+	if a.status < 200 || a.status >= 300 {
+		return Result{}, x.failure(a, ans, cred)
 	}
+	if len(ans.PurchaseOrders) == 0 || ans.PurchaseOrders[0].PurchaseOrderID == "" && len(ans.PurchaseOrders[0].ValidationErrors) == 0 {
+		// Xero took the call but we cannot tell what it created: a retry
+		// with the same Idempotency-Key gets the same answer.
+		return Result{}, redactError(&Error{Kind: Retryable, StatusCode: a.status,
+			Message: fmt.Sprintf("xero answered %d without a PurchaseOrderID: %s", a.status, quoteBody(a.body, cred))}, cred)
+	}
+	po := ans.PurchaseOrders[0]
+	if refused, msgs := po.refused(); refused {
+		return Result{}, redactError(&Error{Kind: Rejected, StatusCode: a.status,
+			Message: "xero refused the purchase order: " + quoteBody([]byte(strings.Join(msgs, "; ")), cred)}, cred)
+	}
+	id := po.PurchaseOrderID
+	if !isGUID(id) {
+		return Result{}, redactError(&Error{Kind: Retryable, StatusCode: a.status,
+			Message: "xero answered a PurchaseOrderID that is not a GUID: " + quoteBody([]byte(id), cred)}, cred)
+	}
+	return Result{Status: StatusCompleted, ExternalID: id, StatusCode: a.status, Document: &Document{ID: id}}, nil
+}
 
+// failure classifies an answer of Xero that is not a 2xx: its own
+// explanation quoted, rate limits pausing the connection (until the next
+// day for the daily limit), 401/403 AuthFailed.
+func (x *Xero) failure(a answer, ans xeroAnswer, cred credential.Credential) *Error {
 	var detail string
 	switch {
 	case len(ans.Elements) > 0:
@@ -324,5 +354,5 @@ func (x *Xero) interpret(a answer, cred credential.Credential) (Result, error) {
 				quoteBody([]byte(cmp.Or(remaining, "not given")), cred) + "): " + e.Message
 		}
 	}
-	return Result{}, e
+	return e
 }

@@ -134,5 +134,10 @@ func (c *Command) delivery(j outbox.Job, s provider.Supplier, known *provider.Do
 			return provider.Result{}, err
 		}
 		return res, nil
+	}, Check: func(p provider.Provider, conn provider.Connection, cred credential.Credential) error {
+		if c, ok := p.(provider.SupplierChecker); ok {
+			return c.CheckSupplier(conn, cred, cmd)
+		}
+		return nil
 	}}
 }
