@@ -474,7 +474,7 @@ func seed(ctx context.Context, pool *pgxpool.Pool, sm *secretsmanager.Client, we
 	twice := order(umbrella, "", 2)
 	supplierOrder(twice, fresh)
 	supplierOrder(order(umbrella, "", 3), harbour)
-	supplierOrder(twice, fresh) // amended: updates the first
+	supplierOrder(twice, fresh)                             // amended: updates the first
 	supplierOrder(order(umbrella, "", 1), newID(ctx, pool)) // a supplier nobody pushed: refused, naming it
 	command(umbrella, xeroConn, "xero", "push_purchase_order", order(umbrella, "", 1), "SUP-NOT-A-GUID")
 	if err != nil {
