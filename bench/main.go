@@ -52,7 +52,7 @@ type options struct {
 }
 
 // aloneMeasurements are the measurements -only runs.
-var aloneMeasurements = []string{"install", "fair", "wal", "churn", "claim", "batch", "followers", "tokens", "throughput"}
+var aloneMeasurements = []string{"install", "fair", "wal", "churn", "claim", "batch", "followers", "commandtypes", "tokens", "throughput"}
 
 func main() {
 	var (
@@ -83,12 +83,12 @@ func main() {
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
 	flag.IntVar(&o.churnFill, "churn-fillfactor", 0, "also run ours with the outbox's fillfactor set to this (a lever; 0: not run)")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet), "batch" (our pipeline at push batches of 10 and 100) or "throughput" (measurement 5: ours against River's no-op and purchase-order load workers); the table goes to stdout, and to -out only when given`)
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "commandtypes" (the fair claim with push_supplier rows due beside the orders), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet), "batch" (our pipeline at push batches of 10 and 100) or "throughput" (measurement 5: ours against River's no-op and purchase-order load workers); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
 	if o.only != "" && !slices.Contains(aloneMeasurements, o.only) {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers", "tokens", "batch" and "throughput" are the measurements that run alone`)
+		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers", "commandtypes", "tokens", "batch" and "throughput" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -269,6 +269,18 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	if o.only == "followers" {
 		followers()
 	}
+	commandTypes := func() {
+		step("claim with two command types", func() error {
+			c, err := measureCommandTypes(ctx, log, env, o.claimRuns)
+			if err == nil {
+				r.CommandTypes = &c
+			}
+			return err
+		})
+	}
+	if o.only == "commandtypes" {
+		commandTypes()
+	}
 	tokens := func() {
 		step("OAuth2 tokens across a fleet", func() error {
 			t, err := measureTokens(ctx, log, env)
@@ -307,6 +319,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 		return
 	})
 	followers()
+	commandTypes()
 	tokens()
 	if o.overloadRows > 0 {
 		step("overload scenarios", func() (err error) {

@@ -28,12 +28,14 @@ type report struct {
 	Fair       []fairClaimSize
 	Visibility []visibilityClaim
 	Followers  *followersClaim
-	Tokens     *tokenResult
-	Overload   []overloadRun
-	Install    []installRun
-	WAL        []walRun
-	Churn      []churnRun
-	Errors     []string
+	// CommandTypes is the claim with a second command type due.
+	CommandTypes *commandTypesClaim
+	Tokens       *tokenResult
+	Overload     []overloadRun
+	Install      []installRun
+	WAL          []walRun
+	Churn        []churnRun
+	Errors       []string
 	// Only is the one measurement run (-only), or empty for all of them.
 	Only string
 }
@@ -306,6 +308,7 @@ func (r *report) markdown() string {
 	b.WriteString(overloadMarkdown(r.Overload, r.Fair))
 	b.WriteString(visibilityMarkdown(r.Visibility))
 	b.WriteString(followersMarkdown(r.Followers))
+	b.WriteString(commandTypesMarkdown(r.CommandTypes))
 	b.WriteString(tokensMarkdown(r.Tokens))
 	b.WriteString(churnMarkdown(r.Churn))
 	b.WriteString(batchLeverMarkdown(r.BatchLever))
