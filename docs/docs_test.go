@@ -31,6 +31,7 @@ import (
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/push"
+	"integration-outbox/internal/supplier"
 	"integration-outbox/internal/testenv"
 )
 
@@ -210,6 +211,94 @@ func TestReceiverDocAgainstARealRequest(t *testing.T) {
 				t.Errorf("%s snippet verdicts:\n%s\nwant:\n%s", lang.name, got, wantVerdicts)
 			}
 		})
+	}
+}
+
+// TestReceiverDocAgainstARealSupplierRequest: one push_supplier command
+// through the real worker and webhook provider reaches a local receiver
+// signed as the purchase order is, with the body receivers.md describes;
+// the receiver's id becomes the row's provider reference.
+func TestReceiverDocAgainstARealSupplierRequest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := pg.NewDB(t)
+	org, supplierID := f.NewID(t), f.NewID(t)
+	srv := testenv.NewReceiver(t, testenv.Reply(http.StatusCreated, `{"id":"SUP-7"}`))
+
+	sm := secretsmanager.NewFromConfig(moto.AWSConfig())
+	name, _ := testenv.CreateSecret(t, sm, testenv.SecretName(t, ""), fmt.Sprintf(`{"token":"doc-token","signingSecret":%q}`, newSecret), org)
+	resolver, err := credential.NewResolver(sm, credential.ResolverConfig{Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := f.Connection(t, testenv.ConnectionOpts{OrganizationID: org, Provider: provider.NameWebhook,
+		CredentialReference: name, Config: map[string]string{"url": srv.URL + "/suppliers"}})
+	var id string
+	if err := f.Pool.QueryRow(ctx, `
+		insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+			local_entity_type, local_entity_id, payload_json, idempotency_key, status)
+		values ($1, $2, 'webhook', 'push_supplier', 'supplier', $3::uuid, $4, 'sup-' || $3::text || '-v1', 'queued')
+		returning id::text`, org, conn, supplierID,
+		`{"name":"Acme \"Fresh\" Supplies","email":"orders@acme.example","addressLines":["Unit 4",""],"currencyCode":"GBP","code":"SUP-001"}`,
+	).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+
+	store := outbox.NewStore(f.Pool)
+	claims, err := store.Claim(ctx, outbox.ClaimParams{Limit: 1, MaxAttempts: 10, Lease: 15 * time.Minute, IDs: []string{id}})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("Claim = %d claims, %v; want 1", len(claims), err)
+	}
+	c := claims[0]
+	body, err := message.Message{OutboxID: c.ID, OrganizationID: c.OrganizationID, ConnectionID: c.ConnectionID,
+		CommandType: c.CommandType, ClaimToken: c.ClaimToken}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	webhook := provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: true})
+	t.Cleanup(webhook.CloseIdleConnections)
+	worker, err := push.New(store, resolver, supplier.NewCommand(f.Pool), push.Config{Providers: provider.NewRegistry(webhook)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m1", Body: body}}}); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if row := f.Row(t, id); row.Status != "completed" || row.ProviderReference == nil || *row.ProviderReference != "SUP-7" {
+		t.Fatalf("row = %+v, want completed with provider reference SUP-7", row)
+	}
+	got := srv.Requests()
+	if len(got) != 1 {
+		t.Fatalf("receiver got %d requests, want 1", len(got))
+	}
+	req := got[0]
+	if err := compileSchema(t).Validate(mustInstance(t, req.Raw)); err != nil {
+		t.Fatalf("the real supplier body does not match receivers.schema.json: %v\n%s", err, req.Raw)
+	}
+	want := `{"commandType":"push_supplier","idempotencyKey":"sup-` + supplierID + `-v1","supplier":{"id":"` + supplierID +
+		`","name":"Acme \"Fresh\" Supplies","email":"orders@acme.example","phone":"","addressLines":["Unit 4"],"city":"",` +
+		`"postalCode":"","country":"","taxNumber":"","currencyCode":"GBP","code":"SUP-001"}}`
+	if string(req.Raw) != want {
+		t.Errorf("body\n%s\nwant\n%s", req.Raw, want)
+	}
+	doc, err := os.ReadFile("receivers.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(doc, []byte(`"commandType":"push_supplier"`)) {
+		t.Error("receivers.md shows no push_supplier body")
+	}
+	ts, err := strconv.ParseInt(req.Header.Get("webhook-timestamp"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Unix(ts, 0)
+	if got, want := req.Header.Get("X-Outbox-Signature"), provider.OutboxSignature([]string{newSecret}, sent, req.Raw); got != want {
+		t.Errorf("X-Outbox-Signature = %q, want %q", got, want)
+	}
+	if req.Header.Get("Idempotency-Key") != "sup-"+supplierID+"-v1" || req.Header.Get("webhook-id") != req.Header.Get("Idempotency-Key") ||
+		req.Header.Get("Authorization") != "Bearer doc-token" || req.Header.Get("webhook-signature") == "" {
+		t.Errorf("headers = %v", req.Header)
 	}
 }
 

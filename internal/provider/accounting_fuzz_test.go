@@ -66,6 +66,29 @@ func FuzzXeroAnswer(f *testing.F) {
 	})
 }
 
+// FuzzXeroContactAnswer: the answers to a contact push (the duplicate-name
+// refusals among the fixtures) are a completed create or update with a GUID,
+// or an *Error; a duplicate name is always an error too.
+func FuzzXeroContactAnswer(f *testing.F) {
+	addFixtures(f, "xero", 200, 400, 429)
+	for _, seed := range []string{``, `{"Contacts":[]}`, `{"Contacts":[{"ContactID":"` + testToken + `"}]}`,
+		`{"Contacts":[{"HasValidationErrors":true}]}`, `{"Elements":[{"ValidationErrors":[{"Message":"is ALREADY ASSIGNED TO ANOTHER CONTACT"}]}]}`} {
+		f.Add(200, []byte(seed))
+		f.Add(400, []byte(seed))
+	}
+	x := NewXero(AccountingConfig{})
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		if status < 100 || status > 999 {
+			return
+		}
+		res, dup, err := x.interpretContact(answer{status: status, header: http.Header{}, body: body}, supplierCommand(testSupplier()), accountingCred())
+		checkAnswer(t, res, err)
+		if dup && err == nil || err == nil && (!isGUID(res.ExternalID) || res.Action != SupplierCreated) {
+			t.Fatalf("dup %v, result %+v, error %v", dup, res, err)
+		}
+	})
+}
+
 func FuzzQuickBooksAnswer(f *testing.F) {
 	addFixtures(f, "quickbooks", 200, 400, 401, 403, 429, 500)
 	for _, seed := range []string{``, `{`, `null`, `{"PurchaseOrder":null}`, `{"PurchaseOrder":{"Id":""}}`,
