@@ -85,6 +85,11 @@ func (i *Inspector) Run(ctx context.Context, req Request) (Response, error) {
 			resp.Message = fmt.Sprintf("waiting behind %s: commands of one connection and entity go one at a time, "+
 				"oldest first; this one is claimed once that one ends", d.WaitingBehind)
 		}
+		if w := waitingFor(d.Columns); w != "" {
+			resp.WaitingFor = w
+			resp.Message = fmt.Sprintf("waiting for %s: this command depends on that one (a purchase order on its "+
+				"supplier's push_supplier); it goes once that one ends, no attempt used", w)
+		}
 		return nil
 	})
 	if err != nil {
@@ -93,6 +98,24 @@ func (i *Inspector) Run(ctx context.Context, req Request) (Response, error) {
 	}
 	log.InfoContext(ctx, "inspection answered", "outboxId", req.OutboxID, "stuck", req.Stuck, "found", resp.Found)
 	return resp, nil
+}
+
+// waitingFor is the row's waiting_for_outbox_id while the row is failed
+// (waiting); empty otherwise.
+func waitingFor(cols []report.Column) string {
+	var status, waiting string
+	for _, c := range cols {
+		switch c.Name {
+		case "status":
+			json.Unmarshal(c.Value, &status)
+		case "waiting_for_outbox_id":
+			json.Unmarshal(c.Value, &waiting)
+		}
+	}
+	if status != "failed" {
+		return ""
+	}
+	return waiting
 }
 
 // readOnly runs fn in a read-only transaction: the function's database user
@@ -140,7 +163,11 @@ type Response struct {
 	Conflicts      []Conflict      `json:"conflicts,omitzero"`
 	Reruns         []Rerun         `json:"reruns,omitzero"`
 	WaitingBehind  string          `json:"waitingBehind,omitempty"`
-	Stuck          *Stuck          `json:"stuck,omitempty"`
+	// WaitingFor is the command a failed row waits for (its dependency: a
+	// purchase order's supplier push), its attempt not charged; the row is
+	// due once that one ends.
+	WaitingFor string `json:"waitingFor,omitempty"`
+	Stuck      *Stuck `json:"stuck,omitempty"`
 }
 
 // Attempt is one recorded attempt of the row.
