@@ -100,15 +100,12 @@ func NewWithAWS(ctx context.Context, getenv func(string) string, logOut io.Write
 // Close releases the pool.
 func (a *App) Close() { a.Pool.Close() }
 
-// Routes is the command → queue routing table. push_supplier is routed
-// only where PUSH_SUPPLIER_QUEUE_URL is set; elsewhere its rows end
-// unsupported.
+// Routes is the command → queue routing table. Where
+// PUSH_SUPPLIER_QUEUE_URL is not set, push_supplier's route is empty: its
+// rows are held, not ended, until it is (dispatch.HeldRecheck).
 func (a *App) Routes() dispatch.Routes {
-	r := dispatch.Routes{purchaseorder.CommandType: a.Config.PushPurchaseOrderQueueURL}
-	if a.Config.PushSupplierQueueURL != "" {
-		r[supplier.CommandType] = a.Config.PushSupplierQueueURL
-	}
-	return r
+	return dispatch.Routes{purchaseorder.CommandType: a.Config.PushPurchaseOrderQueueURL,
+		supplier.CommandType: a.Config.PushSupplierQueueURL}
 }
 
 // DispatchRoomWait is how long a dispatch run waits for rows in flight to

@@ -25,7 +25,7 @@ type Config struct {
 	PushPurchaseOrderQueueURL string // PUSH_PURCHASE_ORDER_QUEUE_URL
 	// PushSupplierQueueURL is PUSH_SUPPLIER_QUEUE_URL: where dispatch and
 	// rerun send push_supplier commands. Optional: without it those rows
-	// end unsupported (no queue routes them), and reruns bring them back.
+	// are held, their attempt given back, until it is set.
 	PushSupplierQueueURL      string
 	ClaimBatchSize            int // CLAIM_BATCH_SIZE
 	DispatchMaxPerRun         int // DISPATCH_MAX_PER_RUN

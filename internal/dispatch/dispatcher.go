@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,7 @@ type Store interface {
 	DeadLetterExpired(ctx context.Context, p outbox.ClaimParams) (int, error)
 	ClaimBatch(ctx context.Context, p outbox.ClaimParams) (outbox.Batch, error)
 	Release(ctx context.Context, claims []outbox.Claim) (int, error)
+	Hold(ctx context.Context, claims []outbox.Claim, reason string, delay time.Duration) (int, error)
 	MarkUnsupported(ctx context.Context, claims []outbox.Claim, reason string) (int, error)
 	DeadLetterNoConnection(ctx context.Context, claims []outbox.Claim) (int, error)
 }
@@ -51,7 +53,14 @@ type EventPublisher interface {
 
 // Routes maps a command type to the URL of the queue its function consumes.
 // Adding a command type is one entry here (plus its function and queue).
+// An empty URL is a command type this deployment knows but has no queue
+// for (its variable unset): its rows are held (HeldRecheck), not ended.
 type Routes map[string]string
+
+// HeldRecheck is how long a row whose command type has no queue configured
+// waits before it is claimed again: the attempt is given back and its
+// last_error names the missing setting.
+const HeldRecheck = 15 * time.Minute
 
 // Reconnections resumes the connections the host reconnected.
 type Reconnections interface {
@@ -355,6 +364,7 @@ func logSummary(ctx context.Context, log *slog.Logger, s Summary, run runStats, 
 func (d *Dispatcher) dispatchBatch(ctx context.Context, log *slog.Logger, claims []outbox.Claim, s *Summary, run *runStats) (stop bool, err error) {
 	byQueue := map[string][]outbox.Claim{}
 	var unrouted, unconnected []outbox.Claim
+	held := map[string][]outbox.Claim{} // command type → its rows
 	for _, c := range claims {
 		if c.Reclaimed {
 			log.WarnContext(ctx, "lease expired; row claimed again", "outboxId", c.ID,
@@ -362,7 +372,9 @@ func (d *Dispatcher) dispatchBatch(ctx context.Context, log *slog.Logger, claims
 		}
 		if c.ConnectionID == "" {
 			unconnected = append(unconnected, c)
-		} else if q, ok := d.cfg.Routes[c.CommandType]; ok {
+		} else if q, ok := d.cfg.Routes[c.CommandType]; ok && q == "" {
+			held[c.CommandType] = append(held[c.CommandType], c)
+		} else if ok {
 			byQueue[q] = append(byQueue[q], c)
 		} else {
 			unrouted = append(unrouted, c)
@@ -396,6 +408,24 @@ func (d *Dispatcher) dispatchBatch(ctx context.Context, log *slog.Logger, claims
 		for _, c := range unconnected {
 			log.WarnContext(ctx, "no integration connection; row moved to dead_letter (configuration_invalid)",
 				"outboxId", c.ID, "organizationId", c.OrganizationID, "commandType", c.CommandType)
+		}
+	}
+	for commandType, rows := range held {
+		setting := strings.ToUpper(commandType) + "_QUEUE_URL"
+		n, err := d.store.Hold(ctx, rows, fmt.Sprintf("no queue is configured for %s in this deployment (%s is not set): "+
+			"the row waits, no attempt used", commandType, setting), HeldRecheck)
+		if err != nil {
+			var rest []outbox.Claim
+			for _, rs := range held {
+				rest = append(rest, rs...)
+			}
+			return true, releaseRest(err, rest, unrouted)
+		}
+		s.Released += n
+		for _, c := range rows {
+			log.ErrorContext(ctx, "command type without a queue in this deployment: row held; set "+setting,
+				"outboxId", c.ID, "organizationId", c.OrganizationID, "commandType", c.CommandType,
+				"retryInSeconds", HeldRecheck.Seconds())
 		}
 	}
 	if len(unrouted) > 0 {

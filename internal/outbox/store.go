@@ -385,9 +385,28 @@ func (s *Store) Release(ctx context.Context, claims []Claim) (int, error) {
 	if len(claims) == 0 {
 		return 0, nil
 	}
-	tag, err := s.db.Exec(ctx, releaseSQL, claimColumns(claims))
+	args := claimColumns(claims)
+	args["delay_seconds"], args["reason"] = 0.0, nil
+	tag, err := s.db.Exec(ctx, releaseSQL, args)
 	if err != nil {
 		return 0, fmt.Errorf("releasing %d claimed rows: %w", len(claims), sqlfile.Wrap("outbox/release", err))
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Hold puts claimed rows back like Release, due only after delay, with
+// reason as their last_error: what they need is missing in this deployment
+// (their command type's queue), and claiming them again at once would only
+// put them back again.
+func (s *Store) Hold(ctx context.Context, claims []Claim, reason string, delay time.Duration) (int, error) {
+	if len(claims) == 0 {
+		return 0, nil
+	}
+	args := claimColumns(claims)
+	args["delay_seconds"], args["reason"] = delay.Seconds(), reason
+	tag, err := s.db.Exec(ctx, releaseSQL, args)
+	if err != nil {
+		return 0, fmt.Errorf("holding %d claimed rows: %w", len(claims), sqlfile.Wrap("outbox/release", err))
 	}
 	return int(tag.RowsAffected()), nil
 }

@@ -1,6 +1,7 @@
--- Puts claimed rows whose message could not be sent back at once: due now,
--- the attempt not consumed, the claim dropped. The claims come as one array
--- per column: @ids, @organization_ids, @claim_tokens, @connection_ids.
+-- Puts claimed rows whose message could not be sent back: due now (or,
+-- held, after @delay_seconds with @reason as their last_error), the
+-- attempt not consumed, the claim dropped. The claims come as one array per
+-- column: @ids, @organization_ids, @claim_tokens, @connection_ids.
 
 update external_integration_outbox o
 set status = 'queued',
@@ -8,7 +9,8 @@ set status = 'queued',
     claim_token = null,
     claimed_at = null,
     lease_expires_at = null,
-    next_attempt_at = null,
+    next_attempt_at = case when @delay_seconds::float8 > 0 then now() + make_interval(secs => @delay_seconds::float8) end,
+    last_error = coalesce(integration_outbox_fit(@reason::text, 'external_integration_outbox', 'last_error'), o.last_error),
     updated_at = now()
 from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[], @connection_ids::text[]::uuid[]) as r(id, organization_id, claim_token, connection_id)
 where o.id = r.id and o.organization_id = r.organization_id
