@@ -25,7 +25,8 @@ type Config struct {
 	PushPurchaseOrderQueueURL string // PUSH_PURCHASE_ORDER_QUEUE_URL
 	// PushSupplierQueueURL is PUSH_SUPPLIER_QUEUE_URL: where dispatch and
 	// rerun send push_supplier commands. Optional: without it those rows
-	// end unsupported (no queue routes them), and reruns bring them back.
+	// end unsupported (no queue routes them), a status reruns do not
+	// requeue: the host enqueues them again once it is set.
 	PushSupplierQueueURL      string
 	ClaimBatchSize            int // CLAIM_BATCH_SIZE
 	DispatchMaxPerRun         int // DISPATCH_MAX_PER_RUN

@@ -88,7 +88,8 @@ type CommandOpts struct {
 	ConnectionID   string
 	Provider       string // default "sandbox"
 	CommandType    string // default push_purchase_order
-	EntityID       string // the purchase order
+	EntityType     string // default purchase_order (supplier for push_supplier)
+	EntityID       string // the purchase order (supplier)
 	Payload        any    // default {"externalSupplierId": "SUP-1"}
 	IdempotencyKey string // default a random one
 	Status         string // default queued
@@ -105,6 +106,12 @@ func (f *Fixture) Command(t testing.TB, o CommandOpts) string {
 	}
 	if o.CommandType == "" {
 		o.CommandType = "push_purchase_order"
+	}
+	if o.EntityType == "" {
+		o.EntityType = "purchase_order"
+		if o.CommandType == "push_supplier" {
+			o.EntityType = "supplier"
+		}
 	}
 	if o.Payload == nil {
 		o.Payload = map[string]any{"externalSupplierId": "SUP-1"}
@@ -124,11 +131,11 @@ func (f *Fixture) Command(t testing.TB, o CommandOpts) string {
 	err = f.Pool.QueryRow(context.Background(), `
 		insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
 			local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count, next_attempt_at, created_at)
-		values ($1, $2, $3, $4, 'purchase_order', nullif($5, '')::uuid, $6,
+		values ($1, $2, $3, $4, $12, nullif($5, '')::uuid, $6,
 			coalesce(nullif($7, ''), 'idem-' || gen_random_uuid()), $8, $9, $10, coalesce($11, now()))
 		returning id::text`,
 		o.OrganizationID, o.ConnectionID, o.Provider, o.CommandType, o.EntityID, payload, o.IdempotencyKey,
-		o.Status, o.AttemptCount, o.NextAttemptAt, created).Scan(&id)
+		o.Status, o.AttemptCount, o.NextAttemptAt, created, o.EntityType).Scan(&id)
 	if err != nil {
 		t.Fatal(err)
 	}
