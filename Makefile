@@ -132,10 +132,12 @@ build/%.zip: build/%/bootstrap
 
 # `sam build` (BuildMethod: makefile) runs build-<LogicalId> with ARTIFACTS_DIR.
 # The map from logical id to folder must match template.yaml's CodeUri.
-.PHONY: build-DispatchFunction build-PushPurchaseOrderFunction build-RerunFunction build-InspectFunction build-RetentionFunction build-ReleaseDeadLettersFunction
+.PHONY: build-DispatchFunction build-PushPurchaseOrderFunction build-PushSupplierFunction build-RerunFunction build-InspectFunction build-RetentionFunction build-ReleaseDeadLettersFunction
 build-DispatchFunction: build/dispatch/bootstrap
 	$(sam-artifact)
 build-PushPurchaseOrderFunction: build/push-purchase-order/bootstrap
+	$(sam-artifact)
+build-PushSupplierFunction: build/push-supplier/bootstrap
 	$(sam-artifact)
 build-RerunFunction: build/rerun/bootstrap
 	$(sam-artifact)

@@ -8,8 +8,9 @@ import (
 
 // Events: the EventBusName parameter (default "default"; empty turns events
 // off) reaches every function as EVENT_BUS_NAME, and only the functions that
-// publish (dispatch, push-purchase-order right after its record, and rerun
-// for its dispatchNow) may call
+// publish (dispatch, the push functions push-purchase-order and
+// push-supplier right after their record, and rerun for its dispatchNow)
+// may call
 // events:PutEvents, on that bus's ARN only, and only when it is set. No
 // other role names an events: action.
 func TestEventBusParameterAndPutEventsPermission(t *testing.T) {
@@ -25,7 +26,7 @@ func TestEventBusParameterAndPutEventsPermission(t *testing.T) {
 		t.Errorf("HasEventBus = %s", got)
 	}
 	wantARN := str(map[string]any{"Fn::Sub": "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:event-bus/${EventBusName}"})
-	publishers := []string{"DispatchRole", "PushPurchaseOrderRole", "RerunRole"}
+	publishers := []string{"DispatchRole", "PushPurchaseOrderRole", "PushSupplierRole", "RerunRole"}
 	for id, r := range at(t, tmpl, "Resources").(map[string]any) {
 		if str(at(t, r, "Type")) != "AWS::IAM::Role" {
 			continue

@@ -15,6 +15,7 @@ import (
 
 	"integration-outbox/internal/app"
 	"integration-outbox/internal/dispatch"
+	"integration-outbox/internal/push"
 	"integration-outbox/internal/testenv"
 )
 
@@ -36,8 +37,10 @@ type pipeline struct {
 	app   *app.App
 	out   *testenv.Buffer
 	queue string
-	org   string
-	sqs   *sqs.Client
+	// supplierQueue is push_supplier's queue (PUSH_SUPPLIER_QUEUE_URL).
+	supplierQueue string
+	org           string
+	sqs           *sqs.Client
 }
 
 func newPipeline(t *testing.T) *pipeline {
@@ -51,9 +54,9 @@ func newPipelineWith(t *testing.T, extra map[string]string) *pipeline {
 	ctx := context.Background()
 	f := pg.NewDB(t)
 	sq := sqs.NewFromConfig(moto.AWSConfig())
-	queue := testenv.CreateQueue(t, sq, nil)
+	queue, supplierQueue := testenv.CreateQueue(t, sq, nil), testenv.CreateQueue(t, sq, nil)
 	env := map[string]string{
-		"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": queue, "AWS_REGION": "us-east-1",
+		"DATABASE_URL": f.URL, "PUSH_PURCHASE_ORDER_QUEUE_URL": queue, "PUSH_SUPPLIER_QUEUE_URL": supplierQueue, "AWS_REGION": "us-east-1",
 		"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_ENDPOINT_URL": moto.URL,
 		"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "PROVIDER_TIMEOUT": "5s", "AWS_LAMBDA_LOG_LEVEL": "INFO",
 	}
@@ -66,7 +69,7 @@ func newPipelineWith(t *testing.T, extra map[string]string) *pipeline {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	return &pipeline{f: f, app: a, out: out, queue: queue, org: f.NewID(t), sqs: sq}
+	return &pipeline{f: f, app: a, out: out, queue: queue, supplierQueue: supplierQueue, org: f.NewID(t), sqs: sq}
 }
 
 // webhook inserts a webhook connection to url with a tagged credential.
@@ -85,8 +88,18 @@ func (p *pipeline) command(t *testing.T, conn string) string {
 		EntityID: po, IdempotencyKey: "idem-" + po})
 }
 
-// tick runs dispatch once and pushes every message it sent, as the SQS
-// event source would, in batches of 10.
+// supplier inserts a push_supplier command on conn.
+func (p *pipeline) supplier(t *testing.T, conn string) string {
+	t.Helper()
+	id := p.f.NewID(t)
+	return p.f.Command(t, testenv.CommandOpts{OrganizationID: p.org, ConnectionID: conn, Provider: "webhook",
+		CommandType: "push_supplier", EntityType: "supplier", EntityID: id,
+		Payload: map[string]any{"name": "Supplier " + id, "code": "SUP-" + id[:8]}, IdempotencyKey: "supplier:" + id})
+}
+
+// tick runs dispatch once and pushes every purchase-order message it sent,
+// as the SQS event source would, in batches of 10 (push_supplier messages
+// wait on their own queue: drainSuppliers).
 func (p *pipeline) tick(t *testing.T) {
 	t.Helper()
 	p.tickIn(t, context.Background())
@@ -106,8 +119,26 @@ func (p *pipeline) tickIn(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.drain(t, ctx, p.queue, w)
+}
+
+// drainSuppliers pushes every message waiting on the push_supplier queue
+// through the push-supplier function's worker.
+func (p *pipeline) drainSuppliers(t *testing.T) {
+	t.Helper()
+	w, err := p.app.PushSupplierWorker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.drain(t, context.Background(), p.supplierQueue, w)
+}
+
+// drain hands every message of queue to w in batches of 10, as the SQS
+// event source would.
+func (p *pipeline) drain(t *testing.T, ctx context.Context, queue string, w *push.Worker) {
+	t.Helper()
 	for {
-		msgs, err := p.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &p.queue, MaxNumberOfMessages: 10})
+		msgs, err := p.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &queue, MaxNumberOfMessages: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +148,7 @@ func (p *pipeline) tickIn(t *testing.T, ctx context.Context) {
 		var ev events.SQSEvent
 		for _, m := range msgs.Messages {
 			ev.Records = append(ev.Records, events.SQSMessage{MessageId: *m.MessageId, Body: *m.Body})
-			if _, err := p.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &p.queue, ReceiptHandle: m.ReceiptHandle}); err != nil {
+			if _, err := p.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &queue, ReceiptHandle: m.ReceiptHandle}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -168,9 +168,9 @@ var awsMetrics = map[string]struct {
 
 // emitted runs the functions' real emitters through internal/app — a
 // dispatch run, push batches with a completed, a failed and a dead-lettered
-// webhook row and a malformed message, a rerun with dispatchNow, a
-// dead-letter batch — and
-// returns the EMF they wrote.
+// webhook row and a malformed message, a push-supplier batch with a webhook
+// supplier and a malformed message, a rerun with dispatchNow, a
+// dead-letter batch — and returns the EMF they wrote.
 func emitted(t *testing.T) []emfLine {
 	t.Helper()
 	ctx := context.Background()
@@ -187,7 +187,16 @@ func emitted(t *testing.T) []emfLine {
 	for range 5 {
 		p.command(t, tripped)
 	}
+	p.supplier(t, ok)
 	p.tick(t)
+	p.drainSuppliers(t)
+	sw, err := p.app.PushSupplierWorker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sw.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{{MessageId: "junk", Body: "{"}}}); err != nil {
+		t.Fatal(err)
+	}
 	w, err := p.app.PushWorker()
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,8 @@ type Config struct {
 	PushPurchaseOrderQueueURL string // PUSH_PURCHASE_ORDER_QUEUE_URL
 	// PushSupplierQueueURL is PUSH_SUPPLIER_QUEUE_URL: where dispatch and
 	// rerun send push_supplier commands. Optional: without it those rows
-	// are held, their attempt given back, until it is set.
+	// are held (dispatch.HeldRecheck), their attempt given back, until it
+	// is set.
 	PushSupplierQueueURL      string
 	ClaimBatchSize            int // CLAIM_BATCH_SIZE
 	DispatchMaxPerRun         int // DISPATCH_MAX_PER_RUN
