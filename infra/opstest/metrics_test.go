@@ -187,6 +187,11 @@ func emitted(t *testing.T) []emfLine {
 	for range 5 {
 		p.command(t, tripped)
 	}
+	// And one that fails as many push_supplier commands in a row.
+	trippedBySuppliers := p.webhook(t, provider(t, func() int { return 503 }).URL)
+	for range 5 {
+		p.supplier(t, trippedBySuppliers)
+	}
 	p.supplier(t, ok)
 	p.tick(t)
 	p.drainSuppliers(t)
