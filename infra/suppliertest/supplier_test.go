@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 
 	"integration-outbox/internal/app"
@@ -185,28 +186,36 @@ func (s *stack) run(t *testing.T) int {
 
 func (s *stack) drain(t *testing.T, q queue) {
 	t.Helper()
+	if err := s.tryDrain(q); err != nil {
+		t.Fatalf("%v\n%s", err, s.logs.String())
+	}
+}
+
+// tryDrain hands every message of q to its worker, as Lambda's SQS event
+// source would, until q is empty; it may run outside the test's goroutine.
+func (s *stack) tryDrain(q queue) error {
 	ctx := context.Background()
 	for {
 		resp, err := s.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.url), MaxNumberOfMessages: 10})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if len(resp.Messages) == 0 {
-			return
+			return nil
 		}
 		var ev events.SQSEvent
 		for _, m := range resp.Messages {
 			ev.Records = append(ev.Records, events.SQSMessage{MessageId: aws.ToString(m.MessageId), Body: aws.ToString(m.Body),
 				EventSource: "aws:sqs", Attributes: map[string]string{"ApproximateReceiveCount": "1"}})
 			if _, err := s.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(q.url), ReceiptHandle: m.ReceiptHandle}); err != nil {
-				t.Fatal(err)
+				return err
 			}
 		}
 		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		out, err := q.worker.Handle(hctx, ev)
 		cancel()
 		if err != nil || len(out.BatchItemFailures) > 0 {
-			t.Fatalf("push: %v, failures %v\n%s", err, out.BatchItemFailures, s.logs.String())
+			return fmt.Errorf("push: %v, failures %v", err, out.BatchItemFailures)
 		}
 	}
 }
@@ -370,4 +379,110 @@ func keys(m map[string]int) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestOneDispatchRunDeliversSuppliersAndTheirOrders: as Lambda runs them,
+// the push functions drain their queues while the dispatch run is still
+// going. The orders meet their suppliers' pushes in flight and wait; the
+// run that sent those pushes keeps claiming while they are in flight
+// (push_supplier is a prerequisite), so the orders they woke go in the
+// same run: one dispatch invocation delivers all 25 commands.
+func TestOneDispatchRunDeliversSuppliersAndTheirOrders(t *testing.T) {
+	t.Parallel()
+	var shape testenv.HostShape
+	for _, sh := range testenv.HostShapes() {
+		if sh.Name == "stand-in" {
+			shape = sh
+		}
+	}
+	s := newStack(t, shape)
+	ctx := context.Background()
+	var supplierRows []string
+	orderRows := map[string]int{}
+	var suppliers []string
+	for i := range 5 {
+		var id string
+		if err := s.conn.QueryRow(ctx, `select gen_random_uuid()::text`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		suppliers = append(suppliers, id)
+		supplierRows = append(supplierRows, s.supplier(t, id, fmt.Sprintf("Supplier %d Ltd", i), fmt.Sprintf("SUP-%d", i)))
+	}
+	for i := range 20 {
+		_, r := s.order(t, fmt.Sprintf("PO-%02d", i), suppliers[i%5])
+		orderRows[r] = i % 5
+	}
+	d, err := s.a.Dispatcher(s.a.SQS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The push side: once dispatch has sent the 25 messages, the orders'
+	// queue first (they find their suppliers in flight), then the
+	// suppliers', then whatever dispatch sends next, until it returns.
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	dispatching := make(chan struct{})
+	drained := make(chan error, 1)
+	go func() {
+		defer close(drained)
+		for s.visible(s.orders.url)+s.visible(s.suppliers.url) < 25 {
+			select {
+			case <-dispatching: // dispatch ended without sending them all
+				drained <- nil
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		for {
+			for _, q := range []queue{s.orders, s.suppliers} {
+				if err := s.tryDrain(q); err != nil {
+					drained <- err
+					return
+				}
+			}
+			select {
+			case <-dispatching:
+				drained <- s.tryDrain(s.orders)
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	sum, err := d.Handle(dctx, json.RawMessage(`{}`))
+	close(dispatching)
+	if err := <-drained; err != nil {
+		t.Fatalf("draining: %v\n%s", err, s.logs.String())
+	}
+	if err != nil {
+		t.Fatalf("dispatch: %v\n%s", err, s.logs.String())
+	}
+	if sum.Claimed != 45 || sum.Dispatched != 45 {
+		t.Errorf("one dispatch run %+v, want 45 claimed and sent: 25, then the 20 orders again once their suppliers ended", sum)
+	}
+	for _, r := range supplierRows {
+		if got := s.row(t, r); got.status != "completed" {
+			t.Errorf("push_supplier %s = %+v", r, got)
+		}
+	}
+	for r := range orderRows {
+		if got := s.row(t, r); got.status != "completed" || got.attempts != 1 {
+			t.Errorf("order row %s = %+v, want completed after one charged attempt", r, got)
+		}
+	}
+	if n := len(s.xero.Orders()); n != 20 {
+		t.Errorf("Xero holds %d purchase orders, want 20", n)
+	}
+}
+
+// visible is the queue's approximate number of visible messages (0 when
+// SQS does not answer).
+func (s *stack) visible(url string) int {
+	out, err := s.sqs.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages}})
+	if err != nil {
+		return 0
+	}
+	var n int
+	fmt.Sscan(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)], &n)
+	return n
 }

@@ -141,6 +141,7 @@ func (a *App) dispatcher(sender dispatch.Sender, function string) (*dispatch.Dis
 		MaxInFlight: a.Config.DispatchMaxInFlight, ConnectionMaxInFlight: a.Config.ConnectionMaxInFlight,
 		ProviderMaxInFlight: a.Providers().MaxInFlightDefaults(),
 		RoomWait:            DispatchRoomWait,
+		Prerequisites:       []string{supplier.CommandType},
 		Metrics:             metrics.NewEmitter(a.Out, function),
 		Events:              events,
 		ConnectionCounts: func(ctx context.Context) (health.Counts, error) {

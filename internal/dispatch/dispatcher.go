@@ -103,10 +103,16 @@ type Config struct {
 	LimitResets LimitResets
 	// RoomWait is how long a run waits before claiming again when an
 	// in-flight cap held due rows back (rows in flight finish and make
-	// room), or when a row it sent has due commands of its entity behind it
-	// (its result frees the next). 0, or a context without a deadline: the
-	// run ends instead.
+	// room), when a row it sent has due commands of its entity behind it
+	// (its result frees the next), or when a row it sent is of a
+	// Prerequisites type (its end makes the commands waiting for it due).
+	// 0, or a context without a deadline: the run ends instead.
 	RoomWait time.Duration
+	// Prerequisites are the command types other commands may wait for
+	// (push_supplier: the purchase orders of its supplier). A run that sent
+	// one keeps claiming every RoomWait while it is in flight, so that the
+	// commands that waited for it go in the same run, not the next.
+	Prerequisites []string
 	// Reserve is the time left before the invocation's deadline at which a
 	// run stops claiming (default 10s).
 	Reserve time.Duration
@@ -239,9 +245,10 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (s Summary, err error
 			if c.Reclaimed {
 				run.reclaimed++
 			}
-			if c.Followers && req.IDs == nil {
-				// The next command of its entity is due once this one ends:
-				// this run waits for it (a listed-ids run never claims it).
+			if (c.Followers || slices.Contains(d.cfg.Prerequisites, c.CommandType)) && req.IDs == nil {
+				// The next command of its entity, or the commands waiting
+				// for it, are due once this one ends: this run waits for it
+				// (a listed-ids run never claims them).
 				scope.Heads = append(scope.Heads, c.ID)
 				behind = true
 			}
