@@ -27,15 +27,12 @@ func (poLoadArgs) Kind() string { return "bench_po_load" }
 
 // queryArgs are the load statement's arguments for this one job: the
 // statement takes a batch as arrays (outbox ids, organization ids, order
-// ids, location ids or null, connection ids, providers, whether the
-// supplier is looked up, the host's supplier ids or null), here of one
-// element each: the bench's payloads carry externalSupplierId, as a push
-// worker's batch would send no lookup for them.
+// ids, location ids or null, connection ids, providers), here of one
+// element each.
 func (a poLoadArgs) queryArgs() pgx.NamedArgs {
 	return pgx.NamedArgs{"outbox_ids": []string{a.OutboxID}, "organization_ids": []string{a.OrganizationID},
 		"order_ids": []string{a.OrderID}, "location_ids": []*string{a.LocationID},
-		"connection_ids": []string{a.ConnectionID}, "providers": []string{a.Provider},
-		"want_supplier": []bool{false}, "supplier_ids": []*string{nil}}
+		"connection_ids": []string{a.ConnectionID}, "providers": []string{a.Provider}}
 }
 
 // errNotFound is a job whose purchase order the statement did not return.

@@ -18,12 +18,10 @@ func TestQueryArgs(t *testing.T) {
 	}{
 		{"no location", poLoadArgs{OutboxID: "o", OrganizationID: "org", OrderID: "po", ConnectionID: "c", Provider: "sandbox"},
 			pgx.NamedArgs{"outbox_ids": []string{"o"}, "organization_ids": []string{"org"}, "order_ids": []string{"po"},
-				"location_ids": []*string{nil}, "connection_ids": []string{"c"}, "providers": []string{"sandbox"},
-				"want_supplier": []bool{false}, "supplier_ids": []*string{nil}}},
+				"location_ids": []*string{nil}, "connection_ids": []string{"c"}, "providers": []string{"sandbox"}}},
 		{"location", poLoadArgs{OutboxID: "o", OrganizationID: "org", OrderID: "po", LocationID: &loc, ConnectionID: "c", Provider: "xero"},
 			pgx.NamedArgs{"outbox_ids": []string{"o"}, "organization_ids": []string{"org"}, "order_ids": []string{"po"},
-				"location_ids": []*string{&loc}, "connection_ids": []string{"c"}, "providers": []string{"xero"},
-				"want_supplier": []bool{false}, "supplier_ids": []*string{nil}}},
+				"location_ids": []*string{&loc}, "connection_ids": []string{"c"}, "providers": []string{"xero"}}},
 	}
 	for _, c := range cases {
 		if got := c.args.queryArgs(); !reflect.DeepEqual(got, c.want) {

@@ -6,6 +6,7 @@ package purchaseorder
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"integration-outbox/internal/credential"
 	"integration-outbox/internal/document"
+	"integration-outbox/internal/message"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/provider"
@@ -55,17 +57,17 @@ func (*Command) Supports(p provider.Provider) bool {
 // refused as entity_not_found. The supplier is payload_json's
 // externalSupplierId; without it, the contact or vendor of the host's
 // supplier (payload_json.supplierId, else the order's supplier_id) that a
-// push_supplier created through the connection: while that push is still
-// to be delivered the job waits for it, and without either it is refused as
-// payload_invalid. Each push carries the provider's document an earlier
-// push of the order created through the same connection, and a push whose
-// provider answers with a document remembers it
-// (integration_outbox_provider_documents).
+// push_supplier created through the connection, looked up in a second
+// statement only for the batches that have such orders (lookUpSuppliers):
+// while that push is still to be delivered the job waits for it, and
+// without either it is refused as payload_invalid. Each push carries the
+// provider's document an earlier push of the order created through the
+// same connection, and a push whose provider answers with a document
+// remembers it (integration_outbox_provider_documents).
 func (c *Command) Load(ctx context.Context, jobs []outbox.Job) ([]push.Delivery, error) {
 	n := len(jobs)
 	ids, orgs, orders, locations := make([]string, n), make([]string, n), make([]*string, n), make([]*string, n)
 	conns, providers := make([]*string, n), make([]string, n)
-	wants, suppliers := make([]bool, n), make([]*string, n)
 	refs, refErrs := make([]supplierRef, n), make([]error, n)
 	for i, j := range jobs {
 		ids[i], orgs[i], orders[i] = j.ID, j.OrganizationID, pgtx.Nullable(j.LocalEntityID)
@@ -75,33 +77,31 @@ func (c *Command) Load(ctx context.Context, jobs []outbox.Job) ([]push.Delivery,
 			providers[i] = j.Connection.Provider
 		}
 		refs[i], refErrs[i] = readSupplierRef(j.Payload)
-		wants[i] = refErrs[i] == nil && refs[i].External == ""
-		suppliers[i] = pgtx.Nullable(refs[i].HostID)
 	}
 	rows, err := c.db.Query(ctx, loadSQL, pgx.NamedArgs{"outbox_ids": ids, "organization_ids": orgs, "order_ids": orders,
-		"location_ids": locations, "connection_ids": conns, "providers": providers,
-		"want_supplier": wants, "supplier_ids": suppliers})
+		"location_ids": locations, "connection_ids": conns, "providers": providers})
 	if err != nil {
 		return nil, fmt.Errorf("loading %d purchase orders: %w", n, sqlfile.Wrap("purchaseorder/load", err))
 	}
 	found := make(map[string]loadedOrder, n)
+	wants := make(map[string]bool, n) // jobs whose payload names no externalSupplierId
+	for i, j := range jobs {
+		wants[j.ID] = refErrs[i] == nil && refs[i].External == ""
+	}
 	var id string
 	var row, items []byte
-	var docID, syncToken, supplierID, supplierDoc, supplierPush *string
-	var supplierPushDue *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&id, &row, &items, &docID, &syncToken,
-		&supplierID, &supplierDoc, &supplierPush, &supplierPushDue}, func() error {
+	var docID, syncToken *string
+	_, err = pgx.ForEachRow(rows, []any{&id, &row, &items, &docID, &syncToken}, func() error {
 		doc, err := purchaseOrderDocument(row, items)
-		o := loadedOrder{doc: doc, supplier: loadedSupplier{id: deref(supplierID), external: deref(supplierDoc),
-			push: deref(supplierPush)}}
-		if supplierPushDue != nil {
-			o.supplier.pushDue = *supplierPushDue
-		}
+		o := loadedOrder{doc: doc}
 		if docID != nil {
 			o.known = &provider.Document{ID: *docID}
 			if syncToken != nil {
 				o.known.SyncToken = *syncToken
 			}
+		}
+		if err == nil && wants[id] {
+			o.supplier.id, err = orderSupplierID(row)
 		}
 		found[id] = o
 		return err
@@ -109,11 +109,89 @@ func (c *Command) Load(ctx context.Context, jobs []outbox.Job) ([]push.Delivery,
 	if err != nil {
 		return nil, fmt.Errorf("loading %d purchase orders: %w", n, sqlfile.Wrap("purchaseorder/load", err))
 	}
+	for i, j := range jobs {
+		if o, ok := found[j.ID]; ok && wants[j.ID] && refs[i].HostID != "" {
+			o.supplier.id = refs[i].HostID // the payload's before the order's
+			found[j.ID] = o
+		}
+	}
+	if err := c.lookUpSuppliers(ctx, jobs, found); err != nil {
+		return nil, err
+	}
 	out := make([]push.Delivery, n)
 	for i, j := range jobs {
 		out[i] = c.delivery(j, found[j.ID], refs[i], refErrs[i])
 	}
 	return out, nil
+}
+
+// orderSupplierID is the order row's supplier_id (to_jsonb of the row), as
+// text; empty when the host's table has none or it is null.
+func orderSupplierID(row []byte) (string, error) {
+	var r struct {
+		SupplierID json.RawMessage `json:"supplier_id"`
+	}
+	if err := json.Unmarshal(row, &r); err != nil {
+		return "", fmt.Errorf("decoding purchase order row: %w", err)
+	}
+	var s string
+	switch {
+	case len(r.SupplierID) == 0 || string(r.SupplierID) == "null":
+		return "", nil
+	case json.Unmarshal(r.SupplierID, &s) == nil:
+		return s, nil
+	}
+	return string(r.SupplierID), nil // a number: its digits
+}
+
+// lookUpSuppliers reads, in one statement, the contact (and else the push
+// still to be delivered) of every host supplier the found orders name; no
+// statement when none does. A supplier id that is not a uuid is looked up
+// nowhere: no push_supplier can have it.
+func (c *Command) lookUpSuppliers(ctx context.Context, jobs []outbox.Job, found map[string]loadedOrder) error {
+	var ids, orgs, conns, providers, suppliers []string
+	for _, j := range jobs {
+		o, ok := found[j.ID]
+		if !ok || !message.IsUUID(o.supplier.id) || j.Connection == nil {
+			continue
+		}
+		ids, orgs, conns = append(ids, j.ID), append(orgs, j.OrganizationID), append(conns, j.ConnectionID)
+		providers, suppliers = append(providers, j.Connection.Provider), append(suppliers, o.supplier.id)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := c.db.Query(ctx, suppliersSQL, pgx.NamedArgs{"outbox_ids": ids, "organization_ids": orgs,
+		"connection_ids": conns, "providers": providers, "supplier_ids": suppliers})
+	if err != nil {
+		return fmt.Errorf("looking up %d suppliers: %w", len(ids), sqlfile.Wrap("purchaseorder/suppliers", err))
+	}
+	var id string
+	var external *string
+	var pending []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &external, &pending}, func() error {
+		o := found[id]
+		o.supplier.external = deref(external)
+		if pending != nil {
+			var p struct {
+				ID  string     `json:"id"`
+				Due *time.Time `json:"due"`
+			}
+			if err := json.Unmarshal(pending, &p); err != nil {
+				return fmt.Errorf("the supplier's push %s: %w", pending, err)
+			}
+			o.supplier.push = p.ID
+			if p.Due != nil {
+				o.supplier.pushDue = *p.Due
+			}
+		}
+		found[id] = o
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("looking up %d suppliers: %w", len(ids), sqlfile.Wrap("purchaseorder/suppliers", err))
+	}
+	return nil
 }
 
 // loadedOrder is a job's order document, the provider's document an

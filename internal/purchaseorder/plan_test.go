@@ -9,7 +9,7 @@ import (
 	"integration-outbox/internal/purchaseorder"
 )
 
-// The load's look-up of a supplier's push still to be delivered reads the
+// The look-up of a supplier's push still to be delivered reads the
 // supplier-push index (external_integration_outbox_supplier_push_idx), not
 // the outbox: on 100k commands, 2,000 of them push_supplier.
 func TestTheSupplierPushLookUpUsesItsIndex(t *testing.T) {
@@ -34,16 +34,12 @@ analyze external_integration_outbox; analyze integration_connections`); err != n
 		t.Fatal(err)
 	}
 	n := 10
-	ids, orgs, orders, conns, providers := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	locations, suppliers, wants := make([]*string, n), make([]*string, n), make([]bool, n)
+	ids, orgs, conns, providers, suppliers := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i := range n {
-		ids[i], orgs[i], orders[i] = f.NewID(t), "00000000-0000-4000-8000-000000000001", f.NewID(t)
-		conns[i], providers[i], wants[i] = "00000000-0000-4000-9000-000000000001", "xero", true
-		s := f.NewID(t)
-		suppliers[i] = &s
+		ids[i], orgs[i], suppliers[i] = f.NewID(t), "00000000-0000-4000-8000-000000000001", f.NewID(t)
+		conns[i], providers[i] = "00000000-0000-4000-9000-000000000001", "xero"
 	}
-	f.CheckPlanUses(t, "external_integration_outbox_supplier_push_idx", "purchaseorder/load.sql (a supplier's push still to be delivered)",
-		purchaseorder.LoadStatement(), pgx.NamedArgs{"outbox_ids": ids, "organization_ids": orgs, "order_ids": orders,
-			"location_ids": locations, "connection_ids": conns, "providers": providers,
-			"want_supplier": wants, "supplier_ids": suppliers})
+	f.CheckPlanUses(t, "external_integration_outbox_supplier_push_idx", "purchaseorder/suppliers.sql (a supplier's push still to be delivered)",
+		purchaseorder.SuppliersSQL, pgx.NamedArgs{"outbox_ids": ids, "organization_ids": orgs,
+			"connection_ids": conns, "providers": providers, "supplier_ids": suppliers})
 }

@@ -15,7 +15,8 @@ var sqlFiles embed.FS
 
 // The statements, read once at package init.
 var (
-	loadSQL = statement("load")
+	loadSQL      = statement("load")
+	suppliersSQL = statement("suppliers")
 )
 
 // statement is sql/<name>.sql without its leading comment.
