@@ -97,3 +97,29 @@ func TestARowWaitingForAnotherIsDueOnceThatOneEnds(t *testing.T) {
 		t.Errorf("delivered row = %+v, waiting for %v; want completed after one charged attempt, waiting for nothing", r, w)
 	}
 }
+
+// An awaited row that a dispatch run ends (attempts exhausted) wakes the
+// rows waiting for it too: they are due at once, their command's load then
+// finds nothing to wait for.
+func TestARowWaitingForAnExhaustedOneIsDueWhenItIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	awaited := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, CommandType: "push_supplier",
+		EntityID: b.f.NewID(t), Payload: map[string]any{"name": "S"}, Status: "failed", AttemptCount: 10})
+	later := time.Now().Add(time.Hour)
+	waiter := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po,
+		Status: "failed", NextAttemptAt: &later})
+	if _, err := b.f.Pool.Exec(ctx, `update external_integration_outbox set waiting_for_outbox_id = $1 where id = $2`, awaited, waiter); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.store.DeadLetterExpired(ctx, params(10)); err != nil || n != 1 {
+		t.Fatalf("DeadLetterExpired = %d, %v; want the awaited row", n, err)
+	}
+	if r := b.f.Row(t, awaited); r.Status != "dead_letter" {
+		t.Fatalf("awaited row %+v", r)
+	}
+	if r := b.f.Row(t, waiter); r.Status != "failed" || r.RetryInSeconds == nil || *r.RetryInSeconds > 1 {
+		t.Errorf("waiting row %+v; want it due now", r)
+	}
+}

@@ -7,6 +7,7 @@
 -- id list (the same scope as the claim). Each row ended writes one Command
 -- Dead-Lettered event (@events_on). The queued and failed rows of a disabled
 -- or unauthorized connection are left alone: they are held, not exhausted.
+-- The rows waiting for a row it ends are due at once.
 
 with exhausted as (
     select o.id from external_integration_outbox o
@@ -62,6 +63,15 @@ with exhausted as (
     returning o.*
 ), exhausted_rows as (
     select * from expired
+), woken as (
+    -- The rows waiting for a row ended here are due now, as when the
+    -- record ends it (record.sql's woken step).
+    update external_integration_outbox w
+    set next_attempt_at = now(), updated_at = now()
+    from expired e
+    where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = e.id
+      and w.organization_id = e.organization_id and w.status in ('queued', 'failed')
+      and w.id not in (select x.id from exhausted x)
 ), conflicts as (
 /*fragment:exhausted_conflict*/ select 1 /*end:exhausted_conflict*/
 ), command_event_rows as (
