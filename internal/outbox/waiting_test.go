@@ -86,6 +86,19 @@ func TestARowWaitingForAnotherIsDueOnceThatOneEnds(t *testing.T) {
 		t.Fatalf("after the awaited row completed, the waiting row = %+v; want due now", r)
 	}
 
+	// Claimed again, it waits for nothing until its record says so.
+	if _, err := b.store.Claim(ctx, params(10)); err != nil {
+		t.Fatal(err)
+	}
+	if w := waitingFor(waiter); w != nil {
+		t.Errorf("a claimed row still waits for %s", *w)
+	}
+	// (Put back as a release would: its attempt given back.)
+	if _, err := b.f.Pool.Exec(ctx, `update external_integration_outbox set status = 'failed', claim_token = null, attempt_count = attempt_count - 1,
+		lease_expires_at = null, next_attempt_at = null where id = $1`, waiter); err != nil {
+		t.Fatal(err)
+	}
+
 	// Waiting for a row that has already ended: due at once; the row's
 	// next record clears what it waited for.
 	waitFor(waiter, start(waiter)[waiter], awaited)

@@ -86,6 +86,9 @@ with budget as (
         started_at = null,
         next_attempt_at = null,
         provider_status = null,
+        -- A claimed row waits for nothing: its record says again what it
+        -- waits for, if it still does.
+        waiting_for_outbox_id = null,
         updated_at = now()
     from locked
     where o.id = locked.id
