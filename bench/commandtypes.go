@@ -53,65 +53,12 @@ func makeHalfSuppliers(ctx context.Context, conn *pgx.Conn) error {
 // row is a push_supplier. The databases take turns claim by claim.
 func measureCommandTypes(ctx context.Context, log *slog.Logger, env *benchEnv, runs int) (res commandTypesClaim, err error) {
 	res = commandTypesClaim{Rows: commandTypesRows}
-	var conns []*pgx.Conn
-	defer func() {
-		for _, c := range conns {
-			url := c.Config().ConnString()
-			c.Close(context.WithoutCancel(ctx))
-			err = errors.Join(err, env.dropDatabase(context.WithoutCancel(ctx), url))
-		}
-	}()
-	for _, two := range []bool{false, true} {
-		url, err := env.pg.MigratedDatabase(ctx)
-		if err != nil {
-			return res, err
-		}
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			return res, errors.Join(err, env.dropDatabase(ctx, url))
-		}
-		conns = append(conns, conn)
-		if err := loadFairOutbox(ctx, conn, commandTypesRows, false); err != nil {
-			return res, err
-		}
-		if two {
-			if err := makeHalfSuppliers(ctx, conn); err != nil {
-				return res, err
-			}
-		}
-		if err := settle(ctx, log, conn, fairClaimTables); err != nil {
-			return res, fmt.Errorf("two command types %v: %w", two, err)
-		}
+	samples, server, err := alternateFairClaims(ctx, log, env, commandTypesRows, runs,
+		func(context.Context, *pgx.Conn) error { return nil }, makeHalfSuppliers)
+	if err != nil {
+		return res, err
 	}
-	const zero = "00000000-0000-0000-0000-000000000000"
-	for round := range claimWarmup + runs {
-		if round == claimWarmup {
-			for _, conn := range conns {
-				if err := resetStatements(ctx, conn); err != nil {
-					return res, err
-				}
-			}
-		}
-		for i, conn := range conns {
-			d, _, err := fairClaimOnce(ctx, conn, zero)
-			if err != nil {
-				return res, fmt.Errorf("claim with %d command types: %w", i+1, err)
-			}
-			if round < claimWarmup {
-				continue
-			}
-			if i == 0 {
-				res.One = append(res.One, d)
-			} else {
-				res.Two = append(res.Two, d)
-			}
-		}
-	}
-	for i, conn := range conns {
-		if res.Server[i], err = readClaims(ctx, conn, runs); err != nil {
-			return res, err
-		}
-	}
+	res.One, res.Two, res.Server = samples[0], samples[1], [2]claimServer{server[0], server[1]}
 	log.Info("command types measured", "one", median(res.One), "two", median(res.Two),
 		"ratio", fmt.Sprintf("%.2f", res.ratio()),
 		"serverOneMs", res.Server[0].ExecMs, "serverTwoMs", res.Server[1].ExecMs,

@@ -113,6 +113,31 @@ func loadFollowers(ctx context.Context, conn *pgx.Conn, followers int) (string, 
 // that holds the backlog. The databases take turns claim by claim.
 func measureFollowers(ctx context.Context, log *slog.Logger, env *benchEnv, runs int) (res followersClaim, err error) {
 	res = followersClaim{Rows: followersRows, Followers: followersBacklog}
+	samples, server, err := alternateFairClaims(ctx, log, env, followersRows, runs, func(context.Context, *pgx.Conn) error { return nil },
+		func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := loadFollowers(ctx, conn, followersBacklog)
+			return err
+		})
+	if err != nil {
+		return res, err
+	}
+	res.Without, res.With, res.Server = samples[0], samples[1], [2]claimServer{server[0], server[1]}
+	log.Info("followers measured", "without", median(res.Without), "with", median(res.With),
+		"ratio", fmt.Sprintf("%.2f", res.ratio()),
+		"serverWithoutMs", res.Server[0].ExecMs, "serverWithMs", res.Server[1].ExecMs,
+		"hitsWithout", res.Server[0].Hits, "hitsWith", res.Server[1].Hits)
+	return res, nil
+}
+
+// alternateFairClaims measures the fair, capped claim (as
+// measureFairClaims) on one database per prepare: each a migrated database
+// with the fair load of rows rows, then changed by its prepare and settled.
+// The databases take turns claim by claim, each claim's rotation starting
+// at the zero organization: claimWarmup unmeasured rounds, then runs
+// measured ones. It returns each database's measured durations and its
+// claim statement's server side over them, and drops the databases.
+func alternateFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, rows, runs int,
+	prepares ...func(context.Context, *pgx.Conn) error) (_ [][]time.Duration, _ []claimServer, err error) {
 	var conns []*pgx.Conn
 	defer func() {
 		for _, c := range conns {
@@ -121,60 +146,54 @@ func measureFollowers(ctx context.Context, log *slog.Logger, env *benchEnv, runs
 			err = errors.Join(err, env.dropDatabase(context.WithoutCancel(ctx), url))
 		}
 	}()
-	for _, followers := range []int{0, followersBacklog} {
+	for i, prepare := range prepares {
 		url, err := env.pg.MigratedDatabase(ctx)
 		if err != nil {
-			return res, err
+			return nil, nil, err
 		}
 		conn, err := pgx.Connect(ctx, url)
 		if err != nil {
-			return res, errors.Join(err, env.dropDatabase(ctx, url))
+			return nil, nil, errors.Join(err, env.dropDatabase(ctx, url))
 		}
 		conns = append(conns, conn)
-		if err := loadFairOutbox(ctx, conn, followersRows, false); err != nil {
-			return res, err
+		if err := loadFairOutbox(ctx, conn, rows, false); err != nil {
+			return nil, nil, err
 		}
-		if _, err := loadFollowers(ctx, conn, followers); err != nil {
-			return res, err
+		if err := prepare(ctx, conn); err != nil {
+			return nil, nil, fmt.Errorf("preparing database %d: %w", i, err)
 		}
 		if err := settle(ctx, log, conn, fairClaimTables); err != nil {
-			return res, fmt.Errorf("%d followers: %w", followers, err)
+			return nil, nil, fmt.Errorf("database %d: %w", i, err)
 		}
 	}
 	const zero = "00000000-0000-0000-0000-000000000000"
+	samples := make([][]time.Duration, len(conns))
 	for round := range claimWarmup + runs {
 		if round == claimWarmup {
 			for _, conn := range conns {
 				if err := resetStatements(ctx, conn); err != nil {
-					return res, err
+					return nil, nil, err
 				}
 			}
 		}
 		for i, conn := range conns {
 			d, _, err := fairClaimOnce(ctx, conn, zero)
 			if err != nil {
-				return res, fmt.Errorf("claim with %d followers: %w", i*followersBacklog, err)
+				return nil, nil, fmt.Errorf("claim on database %d: %w", i, err)
 			}
-			if round < claimWarmup {
-				continue
-			}
-			if i == 0 {
-				res.Without = append(res.Without, d)
-			} else {
-				res.With = append(res.With, d)
+			if round >= claimWarmup {
+				samples[i] = append(samples[i], d)
 			}
 		}
 	}
+	server := make([]claimServer, len(conns))
 	for i, conn := range conns {
-		if res.Server[i], err = readClaims(ctx, conn, runs); err != nil {
-			return res, err
+		var err error
+		if server[i], err = readClaims(ctx, conn, runs); err != nil {
+			return nil, nil, err
 		}
 	}
-	log.Info("followers measured", "without", median(res.Without), "with", median(res.With),
-		"ratio", fmt.Sprintf("%.2f", res.ratio()),
-		"serverWithoutMs", res.Server[0].ExecMs, "serverWithMs", res.Server[1].ExecMs,
-		"hitsWithout", res.Server[0].Hits, "hitsWith", res.Server[1].Hits)
-	return res, nil
+	return samples, server, nil
 }
 
 // followersMarkdown reports the claim with and without the backlog.

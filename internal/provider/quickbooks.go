@@ -216,28 +216,37 @@ func quickBooksBody(cfg QuickBooksConnectionConfig, cmd PurchaseOrderPush, doc *
 	return body, nil
 }
 
-// prepare is what PushPurchaseOrder settles before any call: the
-// connection's config, the request body and the Authorization header.
-func (q *QuickBooks) prepare(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (QuickBooksConnectionConfig, []byte, string, error) {
+// prepare is what a push settles before any call: the connection's
+// config, the request body (made by body from the config) and the
+// Authorization header.
+func (q *QuickBooks) prepare(conn Connection, cred credential.Credential, key string,
+	body func(QuickBooksConnectionConfig) ([]byte, error)) (QuickBooksConnectionConfig, []byte, string, error) {
 	cfg, err := ParseQuickBooksConfig(conn.Config, q.c.cfg.AllowPrivateNetworks)
 	if err != nil {
 		return cfg, nil, "", err
 	}
-	if cmd.IdempotencyKey == "" {
+	if key == "" {
 		return cfg, nil, "", payloadError("idempotency_key: missing or empty")
 	}
-	body, err := quickBooksBody(cfg, cmd, cmd.Document)
+	b, err := body(cfg)
 	if err != nil {
 		return cfg, nil, "", err
 	}
 	auth, err := bearer(NameQuickBooks, cred)
-	return cfg, body, auth, err
+	return cfg, b, auth, err
+}
+
+// preparePurchaseOrder is what PushPurchaseOrder settles before any call.
+func (q *QuickBooks) preparePurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (QuickBooksConnectionConfig, []byte, string, error) {
+	return q.prepare(conn, cred, cmd.IdempotencyKey, func(cfg QuickBooksConnectionConfig) ([]byte, error) {
+		return quickBooksBody(cfg, cmd, cmd.Document)
+	})
 }
 
 // CheckPurchaseOrder returns the error PushPurchaseOrder would return
 // before any call (provider.PurchaseOrderChecker).
 func (q *QuickBooks) CheckPurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) error {
-	_, _, _, err := q.prepare(conn, cred, cmd)
+	_, _, _, err := q.preparePurchaseOrder(conn, cred, cmd)
 	return err
 }
 
@@ -247,7 +256,7 @@ func (q *QuickBooks) CheckPurchaseOrder(conn Connection, cred credential.Credent
 // the purchase order's current SyncToken once and tries once more. Every
 // failure is an *Error whose text never contains a value of cred.
 func (q *QuickBooks) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
-	cfg, body, auth, err := q.prepare(conn, cred, cmd)
+	cfg, body, auth, err := q.preparePurchaseOrder(conn, cred, cmd)
 	if err != nil {
 		return Result{}, err
 	}

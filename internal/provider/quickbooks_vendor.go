@@ -114,25 +114,15 @@ func quickBooksVendorBody(s Supplier, doc *Document) ([]byte, error) {
 	return body, nil
 }
 
-// prepareSupplier is what PushSupplier settles before any call: the
-// connection's config, the request body and the Authorization header.
+// prepareSupplier is what PushSupplier settles before any call; a
+// remembered vendor without a SyncToken cannot be updated.
 func (q *QuickBooks) prepareSupplier(conn Connection, cred credential.Credential, cmd SupplierPush) (QuickBooksConnectionConfig, []byte, string, error) {
-	cfg, err := ParseQuickBooksConfig(conn.Config, q.c.cfg.AllowPrivateNetworks)
-	if err != nil {
-		return cfg, nil, "", err
-	}
-	if cmd.IdempotencyKey == "" {
-		return cfg, nil, "", payloadError("idempotency_key: missing or empty")
-	}
-	if cmd.Document != nil && (cmd.Document.ID == "" || cmd.Document.SyncToken == "") {
-		return cfg, nil, "", payloadError("the supplier's remembered vendor %q has no SyncToken to update it with", cmd.Document.ID)
-	}
-	body, err := quickBooksVendorBody(cmd.Supplier, cmd.Document)
-	if err != nil {
-		return cfg, nil, "", err
-	}
-	auth, err := bearer(NameQuickBooks, cred)
-	return cfg, body, auth, err
+	return q.prepare(conn, cred, cmd.IdempotencyKey, func(QuickBooksConnectionConfig) ([]byte, error) {
+		if cmd.Document != nil && (cmd.Document.ID == "" || cmd.Document.SyncToken == "") {
+			return nil, payloadError("the supplier's remembered vendor %q has no SyncToken to update it with", cmd.Document.ID)
+		}
+		return quickBooksVendorBody(cmd.Supplier, cmd.Document)
+	})
 }
 
 // CheckSupplier returns the error PushSupplier would return before any

@@ -174,28 +174,35 @@ func xeroBody(cfg XeroConnectionConfig, cmd PurchaseOrderPush) ([]byte, error) {
 	return body, nil
 }
 
-// prepare is what PushPurchaseOrder settles before any call: the
-// connection's config, the request body and the Authorization header.
-func (x *Xero) prepare(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (XeroConnectionConfig, []byte, string, error) {
+// prepare is what a push settles before any call: the connection's
+// config, the request body (made by body from the config) and the
+// Authorization header.
+func (x *Xero) prepare(conn Connection, cred credential.Credential, key string,
+	body func(XeroConnectionConfig) ([]byte, error)) (XeroConnectionConfig, []byte, string, error) {
 	cfg, err := ParseXeroConfig(conn.Config, x.c.cfg.AllowPrivateNetworks)
 	if err != nil {
 		return cfg, nil, "", err
 	}
-	if cmd.IdempotencyKey == "" {
+	if key == "" {
 		return cfg, nil, "", payloadError("idempotency_key: missing or empty")
 	}
-	body, err := xeroBody(cfg, cmd)
+	b, err := body(cfg)
 	if err != nil {
 		return cfg, nil, "", err
 	}
 	auth, err := bearer(NameXero, cred)
-	return cfg, body, auth, err
+	return cfg, b, auth, err
+}
+
+// preparePurchaseOrder is what PushPurchaseOrder settles before any call.
+func (x *Xero) preparePurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (XeroConnectionConfig, []byte, string, error) {
+	return x.prepare(conn, cred, cmd.IdempotencyKey, func(cfg XeroConnectionConfig) ([]byte, error) { return xeroBody(cfg, cmd) })
 }
 
 // CheckPurchaseOrder returns the error PushPurchaseOrder would return
 // before any call (provider.PurchaseOrderChecker).
 func (x *Xero) CheckPurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) error {
-	_, _, _, err := x.prepare(conn, cred, cmd)
+	_, _, _, err := x.preparePurchaseOrder(conn, cred, cmd)
 	return err
 }
 
@@ -203,7 +210,7 @@ func (x *Xero) CheckPurchaseOrder(conn Connection, cred credential.Credential, c
 // order an earlier push created (cmd.Document). Every failure is an *Error
 // whose text never contains a value of cred.
 func (x *Xero) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
-	cfg, body, auth, err := x.prepare(conn, cred, cmd)
+	cfg, body, auth, err := x.preparePurchaseOrder(conn, cred, cmd)
 	if err != nil {
 		return Result{}, err
 	}

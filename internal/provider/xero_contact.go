@@ -100,22 +100,9 @@ func xeroContactRequest(cmd SupplierPush) ([]byte, error) {
 	return body, nil
 }
 
-// prepareSupplier is what PushSupplier settles before any call: the
-// connection's config, the request body and the Authorization header.
+// prepareSupplier is what PushSupplier settles before any call.
 func (x *Xero) prepareSupplier(conn Connection, cred credential.Credential, cmd SupplierPush) (XeroConnectionConfig, []byte, string, error) {
-	cfg, err := ParseXeroConfig(conn.Config, x.c.cfg.AllowPrivateNetworks)
-	if err != nil {
-		return cfg, nil, "", err
-	}
-	if cmd.IdempotencyKey == "" {
-		return cfg, nil, "", payloadError("idempotency_key: missing or empty")
-	}
-	body, err := xeroContactRequest(cmd)
-	if err != nil {
-		return cfg, nil, "", err
-	}
-	auth, err := bearer(NameXero, cred)
-	return cfg, body, auth, err
+	return x.prepare(conn, cred, cmd.IdempotencyKey, func(XeroConnectionConfig) ([]byte, error) { return xeroContactRequest(cmd) })
 }
 
 // CheckSupplier returns the error PushSupplier would return before any
