@@ -110,8 +110,9 @@ type Config struct {
 	RoomWait time.Duration
 	// Prerequisites are the command types other commands may wait for
 	// (push_supplier: the purchase orders of its supplier). A run that sent
-	// one keeps claiming every RoomWait while it is in flight, so that the
-	// commands that waited for it go in the same run, not the next.
+	// one keeps claiming every RoomWait while it is in flight and a command
+	// waits for it, so that the commands that waited for it go in the same
+	// run, not the next.
 	Prerequisites []string
 	// Reserve is the time left before the invocation's deadline at which a
 	// run stops claiming (default 10s).
@@ -245,11 +246,16 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (s Summary, err error
 			if c.Reclaimed {
 				run.reclaimed++
 			}
-			if (c.Followers || slices.Contains(d.cfg.Prerequisites, c.CommandType)) && req.IDs == nil {
-				// The next command of its entity, or the commands waiting
-				// for it, are due once this one ends: this run waits for it
-				// (a listed-ids run never claims them).
+			if c.Followers && req.IDs == nil {
+				// The next command of its entity is due once this one ends:
+				// this run waits for it (a listed-ids run never claims it).
 				scope.Heads = append(scope.Heads, c.ID)
+				behind = true
+			}
+			if slices.Contains(d.cfg.Prerequisites, c.CommandType) && req.IDs == nil {
+				// Commands may wait for it: this run looks once more, and
+				// waits for it while one does.
+				scope.Awaited = append(scope.Awaited, c.ID)
 				behind = true
 			}
 			if c.Probe {

@@ -192,6 +192,10 @@ type ClaimParams struct {
 	// still in flight (leased, no result recorded), the batch is
 	// HeldBehind.
 	Heads []string
+	// Awaited are rows this run claimed that other commands may wait for
+	// (a supplier's push): while one of them is still in flight and a row
+	// waits for it (waiting_for_outbox_id), the batch is HeldBehind.
+	Awaited []string
 }
 
 // scope returns the optional organization and id filters as SQL arguments.
@@ -213,9 +217,10 @@ type Batch struct {
 	// in flight finish. Rows the circuit breaker or per-entity order holds
 	// back do not set it: nothing this run does frees them.
 	Held bool
-	// HeldBehind is set when one of ClaimParams.Heads is still in flight:
-	// commands of its entity wait behind it, and the claim after its result
-	// takes the next one.
+	// HeldBehind is set when one of ClaimParams.Heads is still in flight
+	// (commands of its entity wait behind it, and the claim after its
+	// result takes the next one), or one of ClaimParams.Awaited is, with
+	// rows waiting for it (its result makes them due).
 	HeldBehind bool
 }
 
@@ -328,6 +333,7 @@ func (s *Store) claimArgs(p ClaimParams) pgx.NamedArgs {
 		"after_organization":       cmp.Or(p.After, "00000000-0000-0000-0000-000000000000"),
 		"circuit_on":               s.circuit.FailureThreshold > 0,
 		"heads":                    p.Heads,
+		"awaited":                  p.Awaited,
 	}
 }
 

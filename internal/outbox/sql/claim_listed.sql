@@ -6,8 +6,8 @@
 -- (claim_scheduled.sql): a listed row whose connection keeps per-entity
 -- order goes only when nothing of its entity is in flight ahead of it and
 -- no older command of it waits. Then heads, room, pick, lock and update:
--- fragment/take.sql. @heads is always empty here: a listed run never waits
--- for a follower.
+-- fragment/take.sql. @heads and @awaited are always empty here: a listed
+-- run never waits for a follower or a waiting row.
 
 with budget as (
 /*fragment:budget*/ select 0 as room /*end:budget*/

@@ -43,7 +43,8 @@
 -- older goes first.
 --
 -- @max_attempts: MAX_ATTEMPTS; @lease_seconds: the lease; @heads: the run's
--- claimed rows that had followers (see fragment/take.sql); the caps:
+-- claimed rows that had followers, @awaited: those others may wait for (see
+-- fragment/take.sql); the caps:
 -- fragment/budget.sql and fragment/connection_room.sql.
 --
 -- Callers serialize claims (claim_setup.sql: an advisory lock): each counts

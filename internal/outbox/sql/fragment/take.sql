@@ -26,7 +26,9 @@
 -- its ordered entity wait behind it (followers: a candidate of this claim
 -- that it holds back), and held_behind says whether one of @heads (the
 -- run's claimed rows that had followers) is still in flight, leased and
--- without a result: once it is recorded, the next claim takes its follower.
+-- without a result: once it is recorded, the next claim takes its follower;
+-- or one of @awaited (the run's claimed rows others may wait for: a
+-- supplier's push) is, with a row waiting for it: its result wakes that row.
 --
 -- Stand-in context: budget, every_candidate, conns and pairs_held.
 
@@ -101,7 +103,13 @@ with budget as (
         or exists (select 1 from ranked where not within and not probe and not paused) as held,
         exists (select 1 from unnest(@heads::text[]::uuid[]) as r(id)
                 join external_integration_outbox h on h.id = r.id
-                where h.status = 'processing' and h.provider_status is null and h.lease_expires_at > now()) as held_behind
+                where h.status = 'processing' and h.provider_status is null and h.lease_expires_at > now())
+        or exists (select 1 from unnest(@awaited::text[]::uuid[]) as r(id)
+                join external_integration_outbox h on h.id = r.id
+                where h.status = 'processing' and h.provider_status is null and h.lease_expires_at > now()
+                  and exists (select 1 from external_integration_outbox w
+                              where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = h.id
+                                and w.status in ('queued', 'failed'))) as held_behind
 )
 select c.id::text, c.organization_id::text, coalesce(c.integration_connection_id::text, ''),
     coalesce(c.command_type, ''), c.claim_token::text, c.attempt_count, c.reclaimed, c.probe, c.created_at,
