@@ -193,7 +193,7 @@ type ClaimParams struct {
 	// HeldBehind.
 	Heads []string
 	// Awaited are rows this run claimed that other commands may wait for
-	// (a supplier's push): while one of them is still in flight and a row
+	// (a dependency of theirs): while one of them is still in flight and a row
 	// waits for it (waiting_for_outbox_id), the batch is HeldBehind.
 	Awaited []string
 }
