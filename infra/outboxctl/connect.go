@@ -127,8 +127,7 @@ func (c *cli) connect(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "secret %s written (%s), tagged organization_id=%s\n", o.secretName, arn, o.org)
 	if reconnecting {
-		fmt.Fprintf(c.stdout, "connection %s reconnected: its commands resume at the next dispatch run\n", o.connection)
-		return nil
+		return c.resume(ctx, o)
 	}
 	configJSON, _ := json.Marshal(cfg)
 	if o.insert {
@@ -147,6 +146,40 @@ func (c *cli) connect(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "insert into integration_connections (id, organization_id, location_id, provider, credential_reference, config_json)\nvalues (%s, %s, %s, %s, %s, %s);\n",
 		sqlText(o.connection), sqlText(o.org), sqlNullable(o.location), sqlText(o.provider), sqlText(o.secretName), sqlText(string(configJSON)))
+	return nil
+}
+
+// resume ends the reauthorization hold of a reconnected connection at once
+// where the database is reachable (DATABASE_URL set): its held rows are due
+// now and go in the next dispatch run. Without a database, or if that
+// fails, the next dispatch run notices the secret's new version itself
+// (credential.Resolver.CheckReauthorized) and sends them in the same run.
+func (c *cli) resume(ctx context.Context, o connectOptions) error {
+	later := fmt.Sprintf("connection %s reconnected: its commands resume at the next dispatch run\n", o.connection)
+	if c.getenv("DATABASE_URL") == "" && c.getenv("DATABASE_SECRET_ARN") == "" {
+		fmt.Fprint(c.stdout, later)
+		return nil
+	}
+	a, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	creds, err := a.Credentials()
+	if err != nil {
+		return err
+	}
+	n, err := creds.CheckReauthorized(ctx)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "could not end the connection's hold now (%v); ", err)
+		fmt.Fprint(c.stdout, later)
+		return nil
+	}
+	if n == 0 {
+		fmt.Fprintf(c.stdout, "connection %s reconnected: it was not held for reauthorization\n", o.connection)
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "connection %s reconnected: its held commands are due now and go at the next dispatch run (%d held connection(s) resumed)\n", o.connection, n)
 	return nil
 }
 

@@ -188,18 +188,7 @@ func TestConnectXeroEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	tenants := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if r.URL.Path != "/connections" || !ok || !srv.Active(tok) {
-			http.Error(w, `{"Title":"Unauthorized"}`, http.StatusUnauthorized)
-			return
-		}
-		json.NewEncoder(w).Encode([]map[string]string{
-			{"id": "c1", "tenantId": "11111111-1111-4111-8111-111111111111", "tenantType": "ORGANISATION", "tenantName": "Demo Company (UK)"},
-			{"id": "c2", "tenantId": "22222222-2222-4222-8222-222222222222", "tenantType": "ORGANISATION", "tenantName": "Acme Trading"},
-		})
-	}))
-	t.Cleanup(tenants.Close)
+	tenants := xeroTenants(t, srv)
 	f := servers.Postgres(t).NewDB(t)
 	org := f.NewID(t)
 	env := connectEnv(t, srv)
@@ -232,6 +221,100 @@ func TestConnectXeroEndToEnd(t *testing.T) {
 	}
 	if !srv.Refreshable(g.RefreshToken.Reveal()) {
 		t.Error("the server does not honour the stored refresh token")
+	}
+}
+
+// xeroTenants serves Xero's GET /connections with two tenants to the
+// server's live access tokens.
+func xeroTenants(t *testing.T, srv *testenv.OAuthServer) *httptest.Server {
+	t.Helper()
+	tenants := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if r.URL.Path != "/connections" || !ok || !srv.Active(tok) {
+			http.Error(w, `{"Title":"Unauthorized"}`, http.StatusUnauthorized)
+			return
+		}
+		json.NewEncoder(w).Encode([]map[string]string{
+			{"id": "c1", "tenantId": "11111111-1111-4111-8111-111111111111", "tenantType": "ORGANISATION", "tenantName": "Demo Company (UK)"},
+			{"id": "c2", "tenantId": "22222222-2222-4222-8222-222222222222", "tenantType": "ORGANISATION", "tenantName": "Acme Trading"},
+		})
+	}))
+	t.Cleanup(tenants.Close)
+	return tenants
+}
+
+// TestReconnectEndsTheHoldAtOnce: `outboxctl connect -connection <id>` of
+// a connection held for reauthorization, with DATABASE_URL set, writes the
+// secret's new version and ends the hold there and then: the connection's
+// state is cleared, its connection_unauthorized conflict resolved and its
+// held command due now, not at its recheck a minute later.
+func TestReconnectEndsTheHoldAtOnce(t *testing.T) {
+	t.Parallel()
+	srv, err := testenv.NewOAuthServer(30 * time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	tenants := xeroTenants(t, srv)
+	f := servers.Postgres(t).NewDB(t)
+	ctx := context.Background()
+	org := f.NewID(t)
+	env := connectEnv(t, srv)
+	env["DATABASE_URL"] = f.URL
+	id, _ := srv.ClientCredentials()
+	args := []string{"-org", org, "-client-id", id, "-redirect-uri", "http://127.0.0.1:0/callback",
+		"-scope", "offline_access accounting", "-auth-url", srv.AuthURL(), "-token-url", srv.TokenURL(),
+		"-connections-url", tenants.URL + "/connections"}
+	r := startConnect(t, env, "2\n", append([]string{"xero"}, append(args, "-insert")...)...)
+	r.consent(t, grantAtOnce, nil)
+	r.wait(t)
+	var conn, ref string
+	if err := f.Pool.QueryRow(ctx, `select id::text, credential_reference from integration_connections
+		where organization_id = $1`, org).Scan(&conn, &ref); err != nil {
+		t.Fatal(err)
+	}
+	// The grant refused, as a refresh would record it: the refused version
+	// is the one the first connect wrote (any other than the next one).
+	for _, stmt := range []string{
+		`insert into integration_outbox_connection_authorization (connection_id, organization_id, credential_reference,
+			needs_reauthorization_since, secret_version_id, last_error) values ($1, $2, $3, now(), 'refused-version', 'invalid_grant')`,
+		`insert into integration_outbox_connection_state (connection_id, organization_id, provider, unauthorized_since, unauthorized_reason)
+			values ($1, $2, 'xero', now(), 'invalid_grant')`,
+		`insert into external_integration_conflicts (organization_id, integration_connection_id, conflict_type, severity, summary, status)
+			values ($2, $1, 'connection_unauthorized', 'high', 'needs reauthorization', 'open')`,
+	} {
+		a := []any{conn, org}
+		if strings.Contains(stmt, "credential_reference") {
+			a = append(a, ref)
+		}
+		if _, err := f.Pool.Exec(ctx, stmt, a...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	po := f.PurchaseOrder(t, org, "", 1)
+	held := f.Command(t, testenv.CommandOpts{OrganizationID: org, ConnectionID: conn, Provider: "xero", EntityID: po})
+	if _, err := f.Pool.Exec(ctx, `update external_integration_outbox set status = 'failed',
+		next_attempt_at = now() + interval '1 minute' where id = $1`, held); err != nil {
+		t.Fatal(err)
+	}
+
+	r = startConnect(t, env, "2\n", append([]string{"xero"}, append(args, "-connection", conn)...)...)
+	r.consent(t, grantAtOnce, nil)
+	out, _ := r.wait(t)
+	if !strings.Contains(out, "reconnected: its held commands are due now") {
+		t.Errorf("output:\n%s", out)
+	}
+	var unauthorized, due bool
+	var open int
+	if err := f.Pool.QueryRow(ctx, `select
+		(select unauthorized_since is not null from integration_outbox_connection_state where connection_id = $1),
+		(select next_attempt_at <= now() from external_integration_outbox where id = $2),
+		(select count(*) from external_integration_conflicts where integration_connection_id = $1 and status = 'open')`,
+		conn, held).Scan(&unauthorized, &due, &open); err != nil {
+		t.Fatal(err)
+	}
+	if unauthorized || !due || open != 0 {
+		t.Errorf("after the reconnect: unauthorized %v, held row due %v, %d open conflicts; want false, true, 0", unauthorized, due, open)
 	}
 }
 

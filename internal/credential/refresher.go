@@ -495,7 +495,7 @@ func (o *oauthRefresher) clear(ctx context.Context, organizationID, connectionID
 			return err
 		}
 		cleared = 1
-		_, resolved, err = health.Reauthorized(ctx, tx, organizationID, connectionID, ReconnectedReason)
+		_, resolved, _, err = health.Reauthorized(ctx, tx, organizationID, connectionID, ReconnectedReason)
 		return err
 	})
 	if err != nil {

@@ -90,19 +90,20 @@ func MarkUnauthorized(ctx context.Context, db DB, u Unauthorized) (marked bool, 
 }
 
 // Reauthorized ends the unauthorized hold of the organization's connection
-// (its credentials were replaced): its rows are claimed again. This package
+// (its credentials were replaced): its rows are claimed again, its held
+// rows due at once (madeDue counts them). This package
 // owns the connection_unauthorized conflict: with a resolution (the host
 // reconnected it) its open ones are resolved now with that reason;
 // without, the first call that goes through resolves it. Connection
 // Recovered is written by that first call. It returns whether the
 // connection was unauthorized and how many conflicts it resolved.
-func Reauthorized(ctx context.Context, db DB, organizationID, connectionID, resolution string) (ended bool, resolved int64, err error) {
+func Reauthorized(ctx context.Context, db DB, organizationID, connectionID, resolution string) (ended bool, resolved, madeDue int64, err error) {
 	if err := db.QueryRow(ctx, reauthorizedSQL, pgx.NamedArgs{
 		"organization_id": organizationID, "connection_id": connectionID, "resolution": resolution,
-	}).Scan(&ended, &resolved); err != nil {
-		return false, 0, fmt.Errorf("ending the unauthorized hold of connection %s: %w", connectionID, err)
+	}).Scan(&ended, &resolved, &madeDue); err != nil {
+		return false, 0, 0, fmt.Errorf("ending the unauthorized hold of connection %s: %w", connectionID, err)
 	}
-	return ended, resolved, nil
+	return ended, resolved, madeDue, nil
 }
 
 // Enabled is what Enable did.

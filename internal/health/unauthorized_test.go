@@ -70,7 +70,7 @@ func TestMarkUnauthorizedHoldsTheConnectionUntilItDeliversAgain(t *testing.T) {
 		t.Errorf("another organization's connection: %v, want ErrNoConnection", err)
 	}
 
-	if ok, _, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn, ""); err != nil || !ok {
+	if ok, _, _, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn, ""); err != nil || !ok {
 		t.Fatalf("reauthorized %v: %v", ok, err)
 	}
 	if claims := w.attempt(t, 10, true); len(claims) != 3 {
@@ -131,7 +131,7 @@ func TestMarkUnauthorizedAdoptsTheCallersConflict(t *testing.T) {
 	if n := w.conflicts(t, "connection_unauthorized", "open"); n != 1 {
 		t.Fatalf("%d open connection_unauthorized conflicts, want the caller's one", n)
 	}
-	if _, _, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn, ""); err != nil {
+	if _, _, _, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn, ""); err != nil {
 		t.Fatal(err)
 	}
 	w.attempt(t, 1, true)
@@ -156,7 +156,7 @@ func TestReauthorizedWithAResolutionResolvesTheConflictAtOnce(t *testing.T) {
 		Reason: "invalid_grant", Events: true}); err != nil || !marked {
 		t.Fatalf("marked %v: %v", marked, err)
 	}
-	ended, resolved, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn, "The connection was reconnected.")
+	ended, resolved, _, err := health.Reauthorized(ctx, w.f.Pool, w.org, w.conn, "The connection was reconnected.")
 	if err != nil || !ended || resolved != 1 {
 		t.Fatalf("Reauthorized = %v, %d, %v; want the hold ended and one conflict resolved", ended, resolved, err)
 	}

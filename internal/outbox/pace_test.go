@@ -126,7 +126,7 @@ func TestAConnectionNeedingReauthorizationHoldsItsRows(t *testing.T) {
 		}
 	}
 	// And when the host has reconnected it.
-	if _, _, err := health.Reauthorized(ctx, f.Pool, org, held, ""); err != nil {
+	if _, _, _, err := health.Reauthorized(ctx, f.Pool, org, held, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := len(claimBatch(t, s, outbox.ClaimParams{Limit: 50, MaxAttempts: 10, Lease: time.Minute}).Claims); got != 3 {

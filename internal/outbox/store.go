@@ -481,6 +481,10 @@ type Connection struct {
 	Provider            string
 	CredentialReference string
 	Config              json.RawMessage
+	// Unauthorized, when not empty, says why the connection needs
+	// reauthorization (its connection_unauthorized conflict is open): no
+	// call may go through it until the host reconnects it.
+	Unauthorized string
 }
 
 // Job is a started job with what it needs to run.
@@ -535,7 +539,7 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 		)
 		err := r.Scan(&j.ID, &j.OrganizationID, &j.ConnectionID, &j.CommandType, &j.LocalEntityType,
 			&j.LocalEntityID, &j.Payload, &j.IdempotencyKey, &j.AttemptCount, &j.ClaimToken,
-			&found, &c.LocationID, &c.Provider, &c.CredentialReference, &c.Config)
+			&found, &c.LocationID, &c.Provider, &c.CredentialReference, &c.Config, &c.Unauthorized)
 		if found {
 			c.ID = j.ConnectionID
 			j.Connection = &c

@@ -75,6 +75,19 @@ func (b *Busy) Error() string {
 	return fmt.Sprintf("the connection's calls are paced: its next free slot is at %s", b.Until.UTC().Format(time.RFC3339Nano))
 }
 
+// Unauthorized is the answer to a Wait on a connection that needs
+// reauthorization (its grant was refused, by the token endpoint or in a
+// call): no call may go through it until the host reconnects it. It is
+// read right before the call, so a container that still holds an access
+// token of the refused grant does not spend a call to learn it.
+type Unauthorized struct {
+	Reason string
+}
+
+func (u *Unauthorized) Error() string {
+	return "the connection needs reauthorization, no call is made until it is reconnected: " + u.Reason
+}
+
 // Wait takes the connection's next call slot for a provider limited to
 // perMinute calls a minute and returns at that slot's time. A slot further
 // than maxWait away is not taken: Wait returns a *Busy at once. perMinute 0
@@ -84,7 +97,9 @@ func (b *Busy) Error() string {
 // be written while a caller sleeps to its slot: after the sleep Wait looks
 // again, and when a pause now covers the slot it returns that pause's
 // *Busy instead of letting the call start inside it. The slot is then
-// spent, which only spaces the calls after the pause further apart.
+// spent, which only spaces the calls after the pause further apart. The
+// same look returns an *Unauthorized when the connection has been found to
+// need reauthorization meanwhile.
 func (p *Pacer) Wait(ctx context.Context, c Connection, perMinute int, maxWait time.Duration) error {
 	slot, err := p.Reserve(ctx, c, perMinute, maxWait)
 	if err != nil {
@@ -124,24 +139,29 @@ func (p *Pacer) Reserve(ctx context.Context, c Connection, perMinute int, maxWai
 	return slot, nil
 }
 
-// checkPause returns a *Busy when the connection is paused past after (the
-// zero time: paused at all).
+// checkPause returns an *Unauthorized when the connection needs
+// reauthorization, else a *Busy when it is paused past after (the zero
+// time: paused at all).
 func (p *Pacer) checkPause(ctx context.Context, c Connection, after time.Time) error {
 	var (
-		until  time.Time
-		reason string
+		until                *time.Time
+		reason, unauthorized string
 	)
 	if after.IsZero() {
 		after = time.Unix(0, 0)
 	}
-	err := p.db.QueryRow(ctx, pausedUntilSQL, pgx.NamedArgs{"connection_id": c.ID, "after": after}).Scan(&until, &reason)
-	if errors.Is(err, pgx.ErrNoRows) {
+	err := p.db.QueryRow(ctx, pausedUntilSQL, pgx.NamedArgs{"connection_id": c.ID, "after": after}).Scan(&until, &reason, &unauthorized)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
 		return nil
-	}
-	if err != nil {
+	case err != nil:
 		return fmt.Errorf("reading the pause of connection %s: %w", c.ID, err)
+	case unauthorized != "":
+		return &Unauthorized{Reason: unauthorized}
+	case until != nil:
+		return &Busy{Until: *until, Paused: true, Reason: reason}
 	}
-	return &Busy{Until: until, Paused: true, Reason: reason}
+	return nil
 }
 
 // Pause stops every container's calls to the connection, and the claim of

@@ -537,31 +537,64 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 	)
 	cconn := credential.Connection{ID: conn.ID, OrganizationID: job.OrganizationID,
 		Provider: conn.Provider, Config: conn.Config, Reference: conn.CredentialReference}
+	// resolve takes the connection's credential; a non-nil outcome ends
+	// the job without a call.
+	resolve := func() *outbox.Outcome {
+		if conn.CredentialReference == "" {
+			return nil
+		}
+		var o outbox.Outcome
+		switch cred, err = w.resolve(ctx, cconn); {
+		case err == nil:
+			return nil
+		case errors.Is(err, credential.ErrRejected):
+			o = permanent(job, outbox.ConflictCredentialRejected, err.Error())
+		case errors.Is(err, credential.ErrReauthorizationNeeded):
+			o = heldForReauthorization(err)
+		default:
+			o = w.retryable(job, err.Error(), 0)
+		}
+		return &o
+	}
+	if conn.Unauthorized != "" {
+		// Marked after this job was claimed: no call, no token call.
+		return heldForReauthorization(&pace.Unauthorized{Reason: conn.Unauthorized}), nil
+	}
 	for refreshed := false; ; refreshed = true {
-		if conn.CredentialReference != "" {
-			if cred, err = w.resolve(ctx, cconn); err != nil {
-				if errors.Is(err, credential.ErrRejected) {
-					return permanent(job, outbox.ConflictCredentialRejected, err.Error()), nil
-				}
-				if errors.Is(err, credential.ErrReauthorizationNeeded) {
-					return heldForReauthorization(err), nil
-				}
-				return w.retryable(job, err.Error(), 0), nil
-			}
+		if o := resolve(); o != nil {
+			return *o, nil
 		}
 		if ld.Check != nil {
 			if err := ld.Check(p, pconn, cred); err != nil {
 				return w.outcome(job, provider.Result{}, err), cred.Values()
 			}
 		}
-		if err := w.pace(ctx, p, pconn); err != nil {
-			var busy *pace.Busy
-			if errors.As(err, &busy) {
+		paced, err := w.pace(ctx, p, pconn)
+		if err != nil {
+			var (
+				busy         *pace.Busy
+				unauthorized *pace.Unauthorized
+			)
+			switch {
+			case errors.As(err, &unauthorized):
+				log.logAttrs(ctx, slog.LevelInfo, "the connection needs reauthorization: the job is held without a call, its attempt not charged")
+				return heldForReauthorization(err), cred.Values()
+			case errors.As(err, &busy):
 				log.logAttrs(ctx, slog.LevelInfo, "connection busy: the job goes back to the outbox, its attempt not charged",
 					slog.Time("until", busy.Until), slog.Bool("paused", busy.Paused))
 				return uncharged(busy.Error(), max(time.Until(busy.Until), 0)), cred.Values()
 			}
 			return w.retryable(job, err.Error(), 0), cred.Values()
+		}
+		if paced {
+			// The credential is taken again after the wait for the call
+			// slot, right before the call: an access token that came near
+			// its expiry meanwhile is refreshed here rather than answered
+			// 401 (otherwise it is a hit of the resolver's cache).
+			stale := cred.Values()
+			if o := resolve(); o != nil {
+				return *o, append(stale, cred.Values()...)
+			}
 		}
 		callStart := time.Now()
 		res, made, err := w.call(ctx, p, pconn, cred, ld.Send)
@@ -621,17 +654,19 @@ func heldForReauthorization(err error) outbox.Outcome {
 }
 
 // pace waits for the connection's next call slot where p limits its
-// connections' calls; a *pace.Busy says the job should come back later.
-func (w *Worker) pace(ctx context.Context, p provider.Provider, conn provider.Connection) error {
+// connections' calls (paced: it did); a *pace.Busy says the job should
+// come back later, a *pace.Unauthorized that the connection needs
+// reauthorization.
+func (w *Worker) pace(ctx context.Context, p provider.Provider, conn provider.Connection) (paced bool, _ error) {
 	lp, ok := p.(provider.Limited)
 	if !ok || w.cfg.Pacer == nil {
-		return nil
+		return false, nil
 	}
 	maxWait := w.cfg.PaceMaxWait
 	if dl, ok := ctx.Deadline(); ok {
 		maxWait = min(maxWait, time.Until(dl)-w.cfg.RecordReserve-w.cfg.ProviderTimeout)
 	}
-	return w.cfg.Pacer.Wait(ctx, pace.Connection{ID: conn.ID, OrganizationID: conn.OrganizationID},
+	return true, w.cfg.Pacer.Wait(ctx, pace.Connection{ID: conn.ID, OrganizationID: conn.OrganizationID},
 		lp.Limits(conn).CallsPerMinute, max(maxWait, 0))
 }
 

@@ -20,5 +20,12 @@ with ended as (
       and x.integration_connection_id = @connection_id::uuid and x.organization_id = @organization_id::uuid
       and x.conflict_type = 'connection_unauthorized' and x.status = 'open'
     returning x.id
+), due as (
+    update external_integration_outbox o
+    set next_attempt_at = now(), updated_at = now()
+    where o.organization_id = @organization_id::uuid and o.integration_connection_id = @connection_id::uuid
+      and o.status in ('queued', 'failed') and o.next_attempt_at > now()
+      and exists (select 1 from ended)
+    returning o.id
 )
-select exists (select 1 from ended), (select count(*) from resolved)
+select exists (select 1 from ended), (select count(*) from resolved), (select count(*) from due)
