@@ -72,6 +72,9 @@ func (r tokenFleetRun) bound() float64 {
 type tokenResult struct {
 	Containers int
 	Runs       []tokenFleetRun
+	// Calls are the runs of real push workers counting the provider calls
+	// answered 401 (tokencalls.go).
+	Calls []tokenCallRun
 }
 
 // secretWrites counts PutSecretValue calls.
@@ -109,7 +112,8 @@ func measureTokens(ctx context.Context, log *slog.Logger, env *benchEnv) (tokenR
 		return res, err
 	}
 	res.Runs = append(res.Runs, run)
-	return res, nil
+	res.Calls, err = measureTokenCalls(ctx, log, env)
+	return res, err
 }
 
 // runTokenFleet runs the fleet on an OAuth2 secret whose access tokens live
@@ -257,5 +261,6 @@ func tokensMarkdown(t *tokenResult) string {
 	}
 	fmt.Fprintf(&b, "\nPer connection-hour: the counts over the run's simulated time. The calls per million commands hold at this run's rate: a container reads a static secret once per cache lifetime (`CREDENTIAL_CACHE_TTL`, 5 minutes) whatever it pushes meanwhile, and an OAuth2 connection adds, per token life, a re-read by the refreshing container and by each container that waited for it, and one write. The resolvers' cache (5 minutes) runs on their fast clock too, so the faster runs (5 and 30 minute lives) re-read the secret more often per command than a real fleet would: their calls per million commands are an upper bound. Secrets Manager is priced per API call ($%.2f per 10,000).\n",
 		secretsManagerCallUSD*10000)
+	b.WriteString(tokenCallsMarkdown(t.Calls))
 	return b.String()
 }

@@ -27,6 +27,10 @@ type XeroStandIn struct {
 	URL    string // base of the API: URL + "/api.xro/2.0"
 	Tenant string
 	Token  string
+	// Authorize, when set, replaces the check against Token: it says
+	// whether the bearer token is live (an authorization server's tokens
+	// that expire and rotate). Set it before the first request.
+	Authorize func(token string) bool
 
 	srv *http.Server
 	mu  sync.Mutex
@@ -105,7 +109,12 @@ func (x *XeroStandIn) serve(w http.ResponseWriter, req *http.Request) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
-	if req.Header.Get("Authorization") != "Bearer "+x.Token || req.Header.Get("xero-tenant-id") != x.Tenant {
+	token, _ := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	live := token == x.Token
+	if x.Authorize != nil {
+		live = x.Authorize(token)
+	}
+	if !live || req.Header.Get("xero-tenant-id") != x.Tenant {
 		x.answer(w, http.StatusUnauthorized, "401 Unauthorized", `{"Title":"Unauthorized","Status":401,"Detail":"AuthenticationUnsuccessful"}`)
 		return
 	}
