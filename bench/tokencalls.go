@@ -127,20 +127,14 @@ func runTokenCalls(ctx context.Context, log *slog.Logger, env *benchEnv, lifetim
 	if err := db.QueryRow(ctx, `select gen_random_uuid()::text`).Scan(&org); err != nil {
 		return run, err
 	}
-	tok, err := server.Connect(ctx)
+	grant, margin, err := grantSecret(ctx, server, clock, lifetime)
 	if err != nil {
 		return run, err
 	}
-	id, secret := server.ClientCredentials()
-	issued := clock.Now().UTC().Truncate(time.Second)
-	grant, _ := json.Marshal(map[string]string{"clientId": id, "clientSecret": secret, "refreshToken": tok.RefreshToken,
-		"accessToken": tok.AccessToken, "accessTokenIssuedAt": issued.Format(time.RFC3339),
-		"accessTokenExpiresAt": issued.Add(lifetime).Format(time.RFC3339)})
-	ledger.note(string(grant))
-	run.Margin = credential.OAuthGrant{AccessTokenIssuedAt: issued, AccessTokenExpiresAt: issued.Add(lifetime)}.
-		RefreshMargin(credential.DefaultRefreshMargin)
+	ledger.note(grant)
+	run.Margin = margin
 	name := fmt.Sprintf("integrations/bench/token-calls-%d", time.Now().UnixNano())
-	if _, err := env.sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(string(grant)),
+	if _, err := env.sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(grant),
 		Tags: []smtypes.Tag{{Key: aws.String("organization_id"), Value: aws.String(org)}}}); err != nil {
 		return run, fmt.Errorf("creating the bench secret: %w", err)
 	}

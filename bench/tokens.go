@@ -148,19 +148,9 @@ func runTokenFleet(ctx context.Context, log *slog.Logger, env *benchEnv, lifetim
 	}
 	value := `{"token":"static-access-token"}`
 	if oauth {
-		tok, err := server.Connect(ctx)
-		if err != nil {
+		if value, run.Margin, err = grantSecret(ctx, server, clock, lifetime); err != nil {
 			return run, err
 		}
-		id, secret := server.ClientCredentials()
-		// Stamped by the resolvers' clock, as their own refreshes are.
-		issued := clock.Now().UTC().Truncate(time.Second)
-		b, _ := json.Marshal(map[string]string{"clientId": id, "clientSecret": secret, "refreshToken": tok.RefreshToken,
-			"accessToken": tok.AccessToken, "accessTokenIssuedAt": issued.Format(time.RFC3339),
-			"accessTokenExpiresAt": issued.Add(lifetime).Format(time.RFC3339)})
-		run.Margin = credential.OAuthGrant{AccessTokenIssuedAt: issued, AccessTokenExpiresAt: issued.Add(lifetime)}.
-			RefreshMargin(credential.DefaultRefreshMargin)
-		value = string(b)
 	}
 	name := fmt.Sprintf("integrations/bench/tokens-%s-%d", strings.ReplaceAll(strings.ToLower(run.Credential), " ", "-"), time.Now().UnixNano())
 	if _, err := env.sm.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value),
@@ -239,6 +229,24 @@ func runTokenFleet(ctx context.Context, log *slog.Logger, env *benchEnv, lifetim
 	run.Writes = writes.writes.Load()
 	run.SecretCalls = reads.gets.Load() + reads.describe.Load() + run.Writes
 	return run, nil
+}
+
+// grantSecret connects to server and returns the secret value of its grant
+// (the push function's OAuth2 shape) and the access token's refresh margin;
+// the token is stamped by the resolvers' clock, as their own refreshes are.
+func grantSecret(ctx context.Context, server *testenv.OAuthServer, clock scaledClock, lifetime time.Duration) (string, time.Duration, error) {
+	tok, err := server.Connect(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	id, secret := server.ClientCredentials()
+	issued := clock.Now().UTC().Truncate(time.Second)
+	b, _ := json.Marshal(map[string]string{"clientId": id, "clientSecret": secret, "refreshToken": tok.RefreshToken,
+		"accessToken": tok.AccessToken, "accessTokenIssuedAt": issued.Format(time.RFC3339),
+		"accessTokenExpiresAt": issued.Add(lifetime).Format(time.RFC3339)})
+	margin := credential.OAuthGrant{AccessTokenIssuedAt: issued, AccessTokenExpiresAt: issued.Add(lifetime)}.
+		RefreshMargin(credential.DefaultRefreshMargin)
+	return string(b), margin, nil
 }
 
 func tokensMarkdown(t *tokenResult) string {
