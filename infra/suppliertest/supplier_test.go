@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 
 	"integration-outbox/internal/app"
 	"integration-outbox/internal/config"
+	"integration-outbox/internal/dispatch"
 	"integration-outbox/internal/migrate"
 	"integration-outbox/internal/push"
 	"integration-outbox/internal/testenv"
@@ -412,7 +414,14 @@ func TestOneDispatchRunDeliversSuppliersAndTheirOrders(t *testing.T) {
 		_, r := s.order(t, fmt.Sprintf("PO-%02d", i), suppliers[i%5])
 		orderRows[r] = i % 5
 	}
-	d, err := s.a.Dispatcher(s.a.SQS())
+	// In Lambda the push functions take a message within milliseconds of
+	// its send, well inside the run's RoomWait; on a loaded test machine
+	// this goroutine may not. The sender holds the run after its 25th
+	// message until the orders have met their suppliers in flight, so the
+	// run's next look always finds them waiting, as it would in Lambda.
+	ordersWaiting := make(chan struct{})
+	sender := &gatedSender{Sender: s.sqs, after: 25, gate: ordersWaiting}
+	d, err := s.a.Dispatcher(sender)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,6 +441,12 @@ func TestOneDispatchRunDeliversSuppliersAndTheirOrders(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
+		}
+		err := s.tryDrain(s.orders)
+		close(ordersWaiting)
+		if err != nil {
+			drained <- err
+			return
 		}
 		for {
 			for _, q := range []queue{s.orders, s.suppliers} {
@@ -472,6 +487,29 @@ func TestOneDispatchRunDeliversSuppliersAndTheirOrders(t *testing.T) {
 	if n := len(s.xero.Orders()); n != 20 {
 		t.Errorf("Xero holds %d purchase orders, want 20", n)
 	}
+}
+
+// gatedSender sends through Sender and, once it has sent after messages,
+// returns only when gate is closed (or its context ends).
+type gatedSender struct {
+	dispatch.Sender
+	after int
+	gate  <-chan struct{}
+	sent  atomic.Int64
+}
+
+func (g *gatedSender) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	out, err := g.Sender.SendMessageBatch(ctx, in, opts...)
+	if err != nil {
+		return out, err
+	}
+	if g.sent.Add(int64(len(in.Entries))) >= int64(g.after) {
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+		}
+	}
+	return out, err
 }
 
 // visible is the queue's approximate number of visible messages (0 when
