@@ -25,8 +25,16 @@ type inspectResult struct {
 		ConflictType string `json:"conflictType"`
 		Status       string `json:"status"`
 	} `json:"conflicts"`
-	Reruns []json.RawMessage `json:"reruns"`
-	Stuck  *struct {
+	Reruns  []json.RawMessage `json:"reruns"`
+	Preview *struct {
+		Provider string `json:"provider"`
+		Method   string `json:"method"`
+		Refusal  *struct {
+			ConflictType string `json:"conflictType"`
+			Message      string `json:"message"`
+		} `json:"refusal"`
+	} `json:"preview"`
+	Stuck *struct {
 		ExpiredLeases, AcceptedWaiting, OverdueQueued, Failed struct {
 			Total int `json:"total"`
 			Rows  []struct {
@@ -116,6 +124,14 @@ func TestRIEInspectFunction(t *testing.T) {
 				}
 				if got.Reruns == nil || len(got.Reruns) != 0 {
 					t.Errorf("reruns: want an empty list, got %v", got.Reruns)
+				}
+			case "preview.json":
+				// The seeded row's purchase order is not in the host's
+				// tables: the push would refuse it before any call.
+				pv := got.Preview
+				if !got.Found || pv == nil || pv.Provider != "webhook" || pv.Method != "" || pv.Refusal == nil ||
+					pv.Refusal.ConflictType != "entity_not_found" || !strings.Contains(pv.Refusal.Message, "purchase order") {
+					t.Errorf("preview: %+v (preview %+v)", got, pv)
 				}
 			case "other-organization.json":
 				// Acme's row read with Globex's id: not found, and nothing of it shown.

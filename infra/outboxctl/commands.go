@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"integration-outbox/internal/inspect"
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/outbox"
 	"integration-outbox/internal/report"
@@ -135,6 +136,44 @@ func (c *cli) show(ctx context.Context, args []string) error {
 		return err
 	}
 	printDetail(c.stdout, d)
+	return nil
+}
+
+// preview prints, as the inspect function's "preview" answers it, the
+// request the push of the row would send now, or its refusal: no provider
+// call, no secret read, no write.
+func (c *cli) preview(ctx context.Context, args []string) error {
+	fs := c.flags("preview")
+	org := fs.String("org", "", "the row's organization (required)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("preview takes one outbox id")
+	}
+	id := pos[0]
+	if err := errors.Join(checkUUID("outbox id", id, true), checkUUID("-org", *org, true)); err != nil {
+		return usagef("%s", err)
+	}
+	a, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	resp, err := a.Inspector().Run(ctx, inspect.Request{OrganizationID: strings.ToLower(*org),
+		OutboxID: strings.ToLower(id), Preview: true})
+	if err != nil {
+		return err
+	}
+	if !resp.Found {
+		return fmt.Errorf("outbox row %s not found for organization %s", id, *org)
+	}
+	out, err := json.MarshalIndent(resp.Preview, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the preview: %w", err)
+	}
+	fmt.Fprintf(c.stdout, "%s\n", out)
 	return nil
 }
 

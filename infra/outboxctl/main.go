@@ -36,6 +36,7 @@ import (
 const usage = `usage:
   outboxctl list [-org ID] [-status S] [-connection ID] [-limit N]
   outboxctl show ID -org ORG
+  outboxctl preview ID -org ORG       (the request the push would send now; sends nothing)
   outboxctl rerun [-f payload.json]   (reads the payload from stdin without -f)
   outboxctl stuck [-org ID] [-accepted-for 1h] [-overdue-for 5m] [-limit N]
   outboxctl check                     (the host's tables and every statement, against the database)
@@ -94,6 +95,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	commands := map[string]func(context.Context, []string) error{
 		"list": c.list, "show": c.show, "rerun": c.rerun, "stuck": c.stuck, "check": c.check, "connect": c.connect,
+		"preview": c.preview,
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

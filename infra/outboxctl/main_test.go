@@ -92,6 +92,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"list", "-limit", "0"}, "-limit: must be from 1"},
 		{[]string{"list", "-nope"}, "flag provided but not defined"},
 		{[]string{"show", "11111111-1111-4111-8111-111111111111"}, "-org is required"},
+		{[]string{"preview", "11111111-1111-4111-8111-111111111111"}, "-org is required"},
+		{[]string{"preview", "-org", "11111111-1111-4111-8111-111111111111"}, "preview takes one outbox id"},
 		{[]string{"show", "-org", "11111111-1111-4111-8111-111111111111"}, "show takes one outbox id"},
 		{[]string{"show", "x", "-org", "11111111-1111-4111-8111-111111111111"}, "outbox id: must be a uuid"},
 		{[]string{"stuck", "-accepted-for", "0s"}, "must be positive"},
@@ -340,5 +342,44 @@ func TestCheck(t *testing.T) {
 	if err := x.f.Pool.QueryRow(context.Background(), `select count(*) from information_schema.columns
 		where table_name = 'external_integration_outbox' and column_name = 'error_text'`).Scan(&n); err != nil || n != 1 {
 		t.Errorf("check changed the table: %d, %v", n, err)
+	}
+}
+
+// TestPreviewPrintsTheRequest: outboxctl preview prints the preview the
+// inspect function answers: the Xero request with its body as a JSON
+// document and the Authorization value redacted; a refusal for a row the
+// push would refuse; not found for another organization.
+func TestPreviewPrintsTheRequest(t *testing.T) {
+	t.Parallel()
+	x := setup(t)
+	ids := x.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Lines: 1,
+		Connection: testenv.ConnectionOpts{OrganizationID: x.org, Provider: "xero", CredentialReference: "integrations/xero-1",
+			Config: map[string]string{"tenantId": "tenant-7", "accountCode": "300"}},
+		Command: testenv.CommandOpts{Payload: map[string]string{"externalSupplierId": "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"}}})
+	r := x.run(t, "", "preview", ids.CommandID, "-org", x.org)
+	if r.code != exitOK {
+		t.Fatalf("preview: %+v", r)
+	}
+	var pv struct {
+		Provider, Method, URL string
+		Headers               map[string]string
+		Body                  map[string]json.RawMessage
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &pv); err != nil {
+		t.Fatalf("preview output %q: %v", r.stdout, err)
+	}
+	if pv.Provider != "xero" || !strings.HasPrefix(pv.URL, "https://api.xero.com/api.xro/2.0/PurchaseOrders") ||
+		pv.Headers["Authorization"] != "<redacted>" || pv.Body["PurchaseOrders"] == nil {
+		t.Errorf("preview %s", r.stdout)
+	}
+
+	refused := x.f.Command(t, testenv.CommandOpts{OrganizationID: x.org, ConnectionID: ids.ConnectionID, Provider: "xero",
+		EntityID: ids.PurchaseOrderID, Payload: map[string]string{"externalSupplierId": "SUP-1"}})
+	r = x.run(t, "", "preview", "-org", x.org, refused)
+	if r.code != exitOK || !strings.Contains(r.stdout, `"refusal"`) || !strings.Contains(r.stdout, "payload_invalid") {
+		t.Errorf("preview of a refused row: %+v", r)
+	}
+	if r := x.run(t, "", "preview", ids.CommandID, "-org", x.f.NewID(t)); r.code != exitError || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("preview for another organization: %+v", r)
 	}
 }

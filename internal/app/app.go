@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strconv"
 	"time"
@@ -184,10 +185,16 @@ func (a *App) outboxStore() *outbox.Store {
 // Providers builds the provider registry. The sandbox is in it only with
 // SANDBOX_PROVIDER_ENABLED: in a real deployment a sandbox connection must
 // not mark orders completed that nobody received.
-func (a *App) Providers() provider.Registry {
-	accounting := provider.AccountingConfig{AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Timeout: a.Config.ProviderTimeout}
+func (a *App) Providers() provider.Registry { return a.providers(nil) }
+
+// providers builds the registry on transport: nil for the guarded client
+// of each provider, push.PreviewTransport for the preview.
+func (a *App) providers(transport http.RoundTripper) provider.Registry {
+	accounting := provider.AccountingConfig{AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Timeout: a.Config.ProviderTimeout,
+		Transport: transport}
 	ps := []provider.Provider{
-		provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Timeout: a.Config.ProviderTimeout}),
+		provider.NewWebhook(provider.WebhookConfig{AllowPrivateNetworks: a.Config.AllowPrivateNetworks, Timeout: a.Config.ProviderTimeout,
+			Transport: transport}),
 		provider.NewXero(accounting),
 		provider.NewQuickBooks(accounting),
 	}

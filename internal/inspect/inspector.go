@@ -19,6 +19,7 @@ import (
 	"integration-outbox/internal/health"
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/pgtx"
+	"integration-outbox/internal/push"
 	"integration-outbox/internal/report"
 )
 
@@ -26,6 +27,14 @@ import (
 type Config struct {
 	MaxAttempts int // MAX_ATTEMPTS, to show the attempts a row has left
 	Logger      *slog.Logger
+	// Previewer answers "preview" (nil: a preview request is an error).
+	Previewer Previewer
+}
+
+// Previewer works out, in the inspection's read-only transaction, what the
+// push of a row would send now (a *push.Previewer).
+type Previewer interface {
+	Preview(ctx context.Context, tx pgx.Tx, organizationID, outboxID string) (push.Preview, error)
 }
 
 // Inspector answers inspection payloads.
@@ -90,6 +99,9 @@ func (i *Inspector) Run(ctx context.Context, req Request) (Response, error) {
 			resp.Message = fmt.Sprintf("waiting for %s: this command depends on that one (a purchase order on its "+
 				"supplier's push_supplier); it goes once that one ends, no attempt used", w)
 		}
+		if req.Preview {
+			return i.preview(ctx, tx, req, &resp)
+		}
 		return nil
 	})
 	if err != nil {
@@ -98,6 +110,21 @@ func (i *Inspector) Run(ctx context.Context, req Request) (Response, error) {
 	}
 	log.InfoContext(ctx, "inspection answered", "outboxId", req.OutboxID, "stuck", req.Stuck, "found", resp.Found)
 	return resp, nil
+}
+
+// preview adds to resp the request the push of the row would send now. It
+// reads in the inspection's read-only transaction, calls no provider and
+// reads no secret.
+func (i *Inspector) preview(ctx context.Context, tx pgx.Tx, req Request, resp *Response) error {
+	if i.cfg.Previewer == nil {
+		return errors.New("preview: this inspector was built without a previewer")
+	}
+	pv, err := i.cfg.Previewer.Preview(ctx, tx, req.OrganizationID, req.OutboxID)
+	if err != nil {
+		return fmt.Errorf("previewing outbox row %s: %w", req.OutboxID, err)
+	}
+	resp.Preview = &pv
+	return nil
 }
 
 // waitingFor is the row's waiting_for_outbox_id while the row is failed
@@ -168,6 +195,9 @@ type Response struct {
 	// due once that one ends.
 	WaitingFor string `json:"waitingFor,omitempty"`
 	Stuck      *Stuck `json:"stuck,omitempty"`
+	// Preview is the request the push would send now, or its refusal
+	// (requested with "preview": true).
+	Preview *push.Preview `json:"preview,omitempty"`
 }
 
 // Attempt is one recorded attempt of the row.

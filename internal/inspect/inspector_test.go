@@ -71,6 +71,8 @@ func TestParseNamesTheBadField(t *testing.T) {
 		`{"organizationId":"` + org + `","stuck":true,"outboxId":"` + id + `"}`: "stuck",
 		`{"organizationId":"` + org + `","stuck":true,"limit":0}`:               "limit",
 		`{"organizationId":"` + org + `","outboxId":"` + id + `","limit":5}`:    "limit",
+		`{"organizationId":"` + org + `","stuck":true,"preview":true}`:          "preview",
+		`{"organizationId":"` + org + `","outboxId":"` + id + `","preview":1}`:  "preview",
 	} {
 		_, err := Parse([]byte(payload))
 		var fe *strictjson.FieldError

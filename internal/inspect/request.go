@@ -19,16 +19,20 @@ type Request struct {
 	Stuck          bool
 	// Limit caps the rows of each stuck section (0: the reader's default, 50).
 	Limit int
+	// Preview asks, with OutboxID, for the request the push would send now
+	// (push.Preview).
+	Preview bool
 }
 
 // payload is the wire shape of an inspect invocation (contract):
 // {"organizationId": "…", "outboxId": "…"} or
-// {"organizationId": "…", "stuck": true}.
+// {"organizationId": "…", "stuck": true}; "preview": true with outboxId.
 type payload struct {
 	OrganizationID *string `json:"organizationId"`
 	OutboxID       *string `json:"outboxId"`
 	Stuck          *bool   `json:"stuck"`
 	Limit          *int    `json:"limit"`
+	Preview        *bool   `json:"preview"`
 }
 
 // Parse decodes and validates an inspection payload. Keys are
@@ -77,6 +81,12 @@ func (p payload) validate() (Request, error) {
 			return req, strictjson.Fieldf("limit", "must be from 1 to %d, got %d", MaxLimit, *p.Limit)
 		}
 		req.Limit = *p.Limit
+	}
+	if p.Preview != nil {
+		if req.OutboxID == "" {
+			return req, strictjson.Fieldf("preview", "applies to one row: give outboxId with it")
+		}
+		req.Preview = *p.Preview
 	}
 	return req, nil
 }

@@ -36,6 +36,7 @@ var (
 	unsupportedSQL       = statement("mark_unsupported")
 	noConnectionSQL      = statement("dead_letter_no_connection")
 	startSQL             = statement("start")
+	peekSQL              = statement("peek")
 	recordSQL            = statement("record")
 	releaseDeadLetterSQL = statement("release_dead_lettered")
 	textLengthsSQL       = statement("text_lengths")

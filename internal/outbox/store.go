@@ -531,25 +531,57 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), sqlfile.Wrap("outbox/start", err))
 	}
-	jobs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Job, error) {
-		var (
-			j     Job
-			c     Connection
-			found bool
-		)
-		err := r.Scan(&j.ID, &j.OrganizationID, &j.ConnectionID, &j.CommandType, &j.LocalEntityType,
-			&j.LocalEntityID, &j.Payload, &j.IdempotencyKey, &j.AttemptCount, &j.ClaimToken,
-			&found, &c.LocationID, &c.Provider, &c.CredentialReference, &c.Config, &c.Unauthorized)
-		if found {
-			c.ID = j.ConnectionID
-			j.Connection = &c
-		}
-		return j, err
-	})
+	jobs, err := pgx.CollectRows(rows, scanJob)
 	if err != nil {
 		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), sqlfile.Wrap("outbox/start", err))
 	}
 	return jobs, nil
+}
+
+// scanJob reads a row of the start or the peek: the job, then its
+// connection (none when the connection does not exist for the
+// organization).
+func scanJob(r pgx.CollectableRow) (Job, error) {
+	var (
+		j     Job
+		c     Connection
+		found bool
+	)
+	err := r.Scan(&j.ID, &j.OrganizationID, &j.ConnectionID, &j.CommandType, &j.LocalEntityType,
+		&j.LocalEntityID, &j.Payload, &j.IdempotencyKey, &j.AttemptCount, &j.ClaimToken,
+		&found, &c.LocationID, &c.Provider, &c.CredentialReference, &c.Config, &c.Unauthorized)
+	if found {
+		c.ID = j.ConnectionID
+		j.Connection = &c
+	}
+	return j, err
+}
+
+// ErrNotFound is Peek's answer for a row that does not exist for the
+// organization (another organization's row reads the same).
+var ErrNotFound = errors.New("outbox row not found for the organization")
+
+// Querier runs a query: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Peek reads one row as Start would hand it to its command, writing
+// nothing (the preview's read): ErrNotFound when the organization has no
+// such row.
+func Peek(ctx context.Context, q Querier, organizationID, outboxID string) (Job, error) {
+	rows, err := q.Query(ctx, peekSQL, pgx.NamedArgs{"id": outboxID, "organization_id": organizationID})
+	if err != nil {
+		return Job{}, fmt.Errorf("reading outbox row %s: %w", outboxID, sqlfile.Wrap("outbox/peek", err))
+	}
+	j, err := pgx.CollectExactlyOneRow(rows, scanJob)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Job{}, ErrNotFound
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("reading outbox row %s: %w", outboxID, sqlfile.Wrap("outbox/peek", err))
+	}
+	return j, nil
 }
 
 // Outcome is the result of one started job.

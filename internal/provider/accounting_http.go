@@ -30,6 +30,9 @@ type AccountingConfig struct {
 	Clock func() time.Time
 	// Resolver looks host names up; nil means the system resolver.
 	Resolver *net.Resolver
+	// Transport, when set, replaces the guarded transport (the preview's
+	// capture: push.PreviewTransport, which sends nothing).
+	Transport http.RoundTripper
 }
 
 // accountingClient makes the HTTP calls of an accounting provider.
@@ -45,7 +48,11 @@ func newAccountingClient(name string, cfg AccountingConfig) accountingClient {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	return accountingClient{name: name, cfg: cfg, client: newGuardedClient(cfg.Timeout, cfg.AllowPrivateNetworks, cfg.Resolver)}
+	client := newGuardedClient(cfg.Timeout, cfg.AllowPrivateNetworks, cfg.Resolver)
+	if cfg.Transport != nil {
+		client.Transport = cfg.Transport
+	}
+	return accountingClient{name: name, cfg: cfg, client: client}
 }
 
 // answer is a provider's HTTP response, its body read up to the cap.

@@ -53,6 +53,9 @@ type WebhookConfig struct {
 	// The guard checks every address it returns, so tests use it to make
 	// names resolve to non-public addresses without any DNS traffic.
 	Resolver *net.Resolver
+	// Transport, when set, replaces the guarded transport (the preview's
+	// capture: push.PreviewTransport, which sends nothing).
+	Transport http.RoundTripper
 }
 
 // Webhook is the "webhook" provider: it POSTs each command as JSON to the
@@ -74,6 +77,9 @@ func NewWebhook(cfg WebhookConfig) *Webhook {
 	}
 
 	client := newGuardedClient(cfg.Timeout, cfg.AllowPrivateNetworks, cfg.Resolver)
+	if cfg.Transport != nil {
+		client.Transport = cfg.Transport
+	}
 	return &Webhook{cfg: cfg, client: client}
 }
 

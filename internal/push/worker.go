@@ -489,49 +489,65 @@ func (l jobLogger) logAttrs(ctx context.Context, level slog.Level, msg string, a
 	l.log.LogAttrs(ctx, level, msg, append(l.attrs[:len(l.attrs):len(l.attrs)], attrs...)...)
 }
 
-// deliver does the work of one job. It returns the outcome and the secret
-// values that must not appear in any text it stores.
-func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld loaded, latency *time.Duration) (outbox.Outcome, []string) {
+// ready checks what a job needs before its credential and any call: the
+// command's type, the connection, a provider that takes the command, the
+// command's entity loaded, no refusal or wait, a key that can be sent and
+// a request. It returns the provider and the job's connection as the
+// provider sees it, or the outcome that ends the job without a call.
+func (w *Worker) ready(job outbox.Job, ld loaded) (provider.Provider, provider.Connection, *outbox.Outcome) {
+	end := func(o outbox.Outcome) (provider.Provider, provider.Connection, *outbox.Outcome) {
+		return nil, provider.Connection{}, &o
+	}
 	if job.CommandType != w.cmd.Type() {
-		return unsupported(fmt.Sprintf("unsupported command type %q", job.CommandType)), nil
+		return end(unsupported(fmt.Sprintf("unsupported command type %q", job.CommandType)))
 	}
 	conn := job.Connection
 	if conn == nil {
-		return permanent(job, outbox.ConflictConfigurationInvalid, fmt.Sprintf(
-			"integration connection %s not found for the organization", job.ConnectionID)), nil
+		return end(permanent(job, outbox.ConflictConfigurationInvalid, fmt.Sprintf(
+			"integration connection %s not found for the organization", job.ConnectionID)))
 	}
 	p, err := w.cfg.Providers.Get(conn.Provider)
 	if errors.Is(err, provider.ErrProviderOff) {
-		return unsupported(err.Error()), nil
+		return end(unsupported(err.Error()))
 	}
 	if err != nil {
-		return unsupported(fmt.Sprintf("provider %q is not supported", conn.Provider)), nil
+		return end(unsupported(fmt.Sprintf("provider %q is not supported", conn.Provider)))
 	}
 	if !w.cmd.Supports(p) {
-		return unsupported(fmt.Sprintf("provider %q cannot take %s", conn.Provider, job.CommandType)), nil
+		return end(unsupported(fmt.Sprintf("provider %q cannot take %s", conn.Provider, job.CommandType)))
 	}
 	if ld.err != nil {
-		return w.retryable(job, fmt.Sprintf("loading the command's entity: %v", ld.err), 0), nil
+		return end(w.retryable(job, fmt.Sprintf("loading the command's entity: %v", ld.err), 0))
 	}
 	if r := ld.Refusal; r != nil {
-		return permanent(job, r.Conflict, r.Reason), nil
+		return end(permanent(job, r.Conflict, r.Reason))
 	}
 	if wt := ld.Wait; wt != nil {
 		o := uncharged(wt.Reason, cmp.Or(wt.Recheck, WaitRecheck))
 		o.WaitingFor = wt.For
-		return o, nil
+		return end(o)
 	}
 	if err := checkIdempotencyKey(job.IdempotencyKey); err != nil {
-		return permanent(job, outbox.ConflictPayloadInvalid, err.Error()), nil
+		return end(permanent(job, outbox.ConflictPayloadInvalid, err.Error()))
 	}
 	if ld.Send == nil {
-		return permanent(job, outbox.ConflictPayloadInvalid, fmt.Sprintf("command %s gave no request to send", job.CommandType)), nil
+		return end(permanent(job, outbox.ConflictPayloadInvalid, fmt.Sprintf("command %s gave no request to send", job.CommandType)))
 	}
-	pconn := provider.Connection{ID: conn.ID, OrganizationID: job.OrganizationID, LocationID: conn.LocationID,
-		Provider: conn.Provider, Config: conn.Config}
+	return p, provider.Connection{ID: conn.ID, OrganizationID: job.OrganizationID, LocationID: conn.LocationID,
+		Provider: conn.Provider, Config: conn.Config}, nil
+}
 
+// deliver does the work of one job. It returns the outcome and the secret
+// values that must not appear in any text it stores.
+func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld loaded, latency *time.Duration) (outbox.Outcome, []string) {
+	p, pconn, ended := w.ready(job, ld)
+	if ended != nil {
+		return *ended, nil
+	}
+	conn := job.Connection
 	var (
 		cred   credential.Credential
+		err    error
 		called bool
 		first  time.Time // of the first provider call of this attempt
 	)
