@@ -58,10 +58,14 @@ func (q *QuickBooks) CloseIdleConnections() { q.c.client.CloseIdleConnections() 
 type QuickBooksConnectionConfig struct {
 	RealmID          string
 	ExpenseAccountID string // default account of lines without a mapped item or account
-	MinorVersion     int
-	APIBaseURL       *url.URL
-	TokenURL         *url.URL
-	Limits           Limits
+	// APAccountID is the accounts-payable account of the purchase orders
+	// (APAccountRef); empty: none is sent, which QuickBooks accepts only
+	// where the company has a single accounts-payable account.
+	APAccountID  string
+	MinorVersion int
+	APIBaseURL   *url.URL
+	TokenURL     *url.URL
+	Limits       Limits
 }
 
 var realmID = regexp.MustCompile(`^[0-9]{1,32}$`)
@@ -85,6 +89,9 @@ func ParseQuickBooksConfig(raw json.RawMessage, allowPrivate bool) (QuickBooksCo
 		return c, configError("realmId", "must be the company's numeric realm id")
 	}
 	if c.ExpenseAccountID, err = configString(fields, "expenseAccountId"); err != nil {
+		return c, err
+	}
+	if c.APAccountID, err = configString(fields, "apAccountId"); err != nil {
 		return c, err
 	}
 	c.MinorVersion = DefaultQuickBooksMinorVersion
@@ -113,18 +120,22 @@ func ParseQuickBooksConfig(raw json.RawMessage, allowPrivate bool) (QuickBooksCo
 	return c, nil
 }
 
-// QuickBooks Online's request body, in its field names
-// (testdata/quickbooks_purchase_order.schema.json).
+// QuickBooks Online's request body, in its field names: a PurchaseOrder
+// of Intuit's data model (internal/testenv/qboschema checks every body the
+// tests send).
 type (
 	qboPurchaseOrder struct {
-		ID          string    `json:"Id,omitempty"`
-		SyncToken   string    `json:"SyncToken,omitempty"`
-		Sparse      bool      `json:"sparse,omitempty"`
-		VendorRef   qboRef    `json:"VendorRef"`
-		DocNumber   string    `json:"DocNumber,omitempty"`
-		CurrencyRef qboRef    `json:"CurrencyRef"`
-		TxnDate     string    `json:"TxnDate,omitempty"`
-		Line        []qboLine `json:"Line"`
+		ID        string `json:"Id,omitempty"`
+		SyncToken string `json:"SyncToken,omitempty"`
+		Sparse    bool   `json:"sparse,omitempty"`
+		VendorRef qboRef `json:"VendorRef"`
+		// APAccountRef: required by QuickBooks where the company has more
+		// than one accounts-payable account (config_json.apAccountId).
+		APAccountRef *qboRef   `json:"APAccountRef,omitempty"`
+		DocNumber    string    `json:"DocNumber,omitempty"`
+		CurrencyRef  qboRef    `json:"CurrencyRef"`
+		TxnDate      string    `json:"TxnDate,omitempty"`
+		Line         []qboLine `json:"Line"`
 	}
 	qboRef struct {
 		Value string `json:"value"`
@@ -179,6 +190,9 @@ func quickBooksBody(cfg QuickBooksConnectionConfig, cmd PurchaseOrderPush, doc *
 	}
 	po := qboPurchaseOrder{VendorRef: qboRef{cmd.ExternalSupplierID}, DocNumber: o.OrderNumber,
 		CurrencyRef: qboRef{cur.code}, TxnDate: orderDate(o.CreatedAt)}
+	if cfg.APAccountID != "" {
+		po.APAccountRef = &qboRef{cfg.APAccountID}
+	}
 	if doc != nil {
 		po.ID, po.SyncToken, po.Sparse = doc.ID, doc.SyncToken, true
 	}

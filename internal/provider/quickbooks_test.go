@@ -54,10 +54,9 @@ func decodeQBOBody(t *testing.T, b []byte) qboBody {
 // TestQuickBooksCreatesThenSparselyUpdates: the first push creates the
 // purchase order under a requestid derived from our key; Id and SyncToken
 // are the document to remember; a push that knows them sends a sparse
-// update. Both bodies match our schema of QuickBooks'.
+// update. Both bodies are valid in Intuit's data model (qboschema).
 func TestQuickBooksCreatesThenSparselyUpdates(t *testing.T) {
 	t.Parallel()
-	schema := compileSchema(t, "quickbooks_purchase_order.schema.json")
 	api := newFakeAPI(t, reply{status: 200, file: "quickbooks/created.json"}, reply{status: 200, file: "quickbooks/updated.json"})
 	q := newTestQuickBooks(t)
 	cmd := accountingCommand("41", `{"items": {"s-1": {"itemId": "7"}}}`, "s-1", "s-2")
@@ -82,7 +81,7 @@ func TestQuickBooksCreatesThenSparselyUpdates(t *testing.T) {
 		t.Fatalf("%d requests, want 2", len(got))
 	}
 	for i, r := range got {
-		validBody(t, schema, r.body)
+		validQBO(t, "PurchaseOrder", r.body)
 		if r.method != http.MethodPost || r.path != "/v3/company/9130/purchaseorder" || r.query.Get("minorversion") != "75" ||
 			r.header.Get("Authorization") != "Bearer "+testToken || r.header.Get("Accept") != "application/json" {
 			t.Errorf("request %d: %s %s %v %v", i, r.method, r.path, r.query, r.header)
@@ -115,7 +114,6 @@ func TestQuickBooksCreatesThenSparselyUpdates(t *testing.T) {
 // a requestid of its own.
 func TestQuickBooksStaleSyncTokenIsReadOnceAndRetried(t *testing.T) {
 	t.Parallel()
-	schema := compileSchema(t, "quickbooks_purchase_order.schema.json")
 	api := newFakeAPI(t, reply{status: 400, file: "quickbooks/stale_400.json"}, reply{status: 200, file: "quickbooks/read.json"},
 		reply{status: 200, file: "quickbooks/updated_after_stale.json"})
 	q := newTestQuickBooks(t)
@@ -137,7 +135,7 @@ func TestQuickBooksStaleSyncTokenIsReadOnceAndRetried(t *testing.T) {
 	if first.SyncToken != "1" || retry.SyncToken != "3" || !retry.Sparse || retry.ID != "257" {
 		t.Errorf("sync tokens sent: %q then %q", first.SyncToken, retry.SyncToken)
 	}
-	validBody(t, schema, got[2].body)
+	validQBO(t, "PurchaseOrder", got[2].body)
 	r1, r2 := got[0].query.Get("requestid"), got[2].query.Get("requestid")
 	if r1 != "idem-1" || r2 == r1 || len(r2) > 50 || r2 != QuickBooksRequestID("idem-1#synctoken=3") {
 		t.Errorf("requestids %q then %q", r1, r2)

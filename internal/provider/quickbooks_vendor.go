@@ -23,7 +23,7 @@ const quickBooksDuplicateName = "6240"
 const quickBooksMaxCompanyName = 100
 
 // QuickBooks Online's vendor as we send it, in its field names
-// (testdata/quickbooks_vendor.schema.json). Only the fields the host gave
+// (a Vendor of Intuit's data model: internal/testenv/qboschema). Only the fields the host gave
 // are sent: on a sparse update, a field the host left empty keeps its value.
 type (
 	qboVendor struct {

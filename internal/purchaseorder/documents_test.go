@@ -153,37 +153,39 @@ func TestSecondXeroPushUpdatesTheFirstPurchaseOrder(t *testing.T) {
 
 // TestSecondQuickBooksPushUpdatesTheFirstPurchaseOrder: Id and SyncToken of
 // the first push are remembered; the second push sends a sparse update with
-// them and remembers the new SyncToken.
+// them and remembers the new SyncToken. Both go to the QuickBooks stand-in,
+// which takes only bodies valid in Intuit's data model.
 func TestSecondQuickBooksPushUpdatesTheFirstPurchaseOrder(t *testing.T) {
 	t.Parallel()
 	f := pg.NewDB(t)
 	org := f.NewID(t)
 	po := f.PurchaseOrder(t, org, "", 1)
-	api, url := replay(t, "quickbooks/created.json", "quickbooks/updated.json")
+	qb, err := testenv.StartQuickBooksStandIn("9130", "access-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(qb.Close)
+	vendor := qb.AddVendor("Acme Supplies")
 	q := provider.NewQuickBooks(provider.AccountingConfig{AllowPrivateNetworks: true, Timeout: 5 * time.Second})
 	t.Cleanup(q.CloseIdleConnections)
-	conn := connection(t, f, org, provider.NameQuickBooks, map[string]any{"realmId": "9130", "expenseAccountId": "80", "apiBaseUrl": url})
-	const payload = `{"externalSupplierId": "41"}`
+	conn := connection(t, f, org, provider.NameQuickBooks, map[string]any{"realmId": "9130", "expenseAccountId": "80", "apiBaseUrl": qb.URL})
+	payload := `{"externalSupplierId": "` + vendor + `"}`
 
-	pushOrder(t, f, q, org, po, "key-1", conn, payload)
-	if id, token := document(t, f, conn.ID, po, provider.NameQuickBooks); id != "257" || token != "0" {
-		t.Fatalf("remembered %q/%q, want 257/0", id, token)
+	first := pushOrder(t, f, q, org, po, "key-1", conn, payload)
+	if id, token := document(t, f, conn.ID, po, provider.NameQuickBooks); id != first.ExternalID || id == "" || token != "0" {
+		t.Fatalf("remembered %q/%q, want %s/0 (refusals %v)", id, token, first.ExternalID, qb.Refusals())
 	}
-	if res := pushOrder(t, f, q, org, po, "key-2", conn, payload); res.ExternalID != "257" {
-		t.Fatalf("second push = %+v", res)
+	if res := pushOrder(t, f, q, org, po, "key-2", conn, payload); res.ExternalID != first.ExternalID {
+		t.Fatalf("second push = %+v (refusals %v)", res, qb.Refusals())
 	}
-	if id, token := document(t, f, conn.ID, po, provider.NameQuickBooks); id != "257" || token != "1" {
-		t.Errorf("remembered %q/%q after the update, want 257/1", id, token)
+	if id, token := document(t, f, conn.ID, po, provider.NameQuickBooks); id != first.ExternalID || token != "1" {
+		t.Errorf("remembered %q/%q after the update, want %s/1", id, token, first.ExternalID)
 	}
-	got := api.requests()
-	if len(got) != 2 {
-		t.Fatalf("%d requests, want 2", len(got))
+	if got := qb.PurchaseOrders(); len(got) != 1 || got[0].SyncToken != "1" || got[0].Fields["sparse"] != true {
+		t.Errorf("QuickBooks holds %+v, want one purchase order sparsely updated once", got)
 	}
-	if _, ok := got[0].body["Id"]; ok {
-		t.Errorf("first push sent an Id: %v", got[0].body)
-	}
-	if b := got[1].body; b["Id"] != "257" || b["SyncToken"] != "0" || b["sparse"] != true {
-		t.Errorf("second push body = %v, want a sparse update of 257 at SyncToken 0", b)
+	if r := qb.Refusals(); len(r) != 0 {
+		t.Errorf("refused: %v", r)
 	}
 }
 
