@@ -147,7 +147,7 @@ func bump(token string) string {
 // fault is a QuickBooks Fault: its HTTP status, type, code, message and
 // detail.
 type fault struct {
-	status                int
+	status                 int
 	typ, code, msg, detail string
 }
 
@@ -429,4 +429,3 @@ func (q *QuickBooksStandIn) QuickBooksConfig(extra map[string]string) map[string
 	}
 	return c
 }
-
