@@ -118,6 +118,21 @@ func configString(fields map[string]json.RawMessage, key string) (string, error)
 	return strings.TrimSpace(s), nil
 }
 
+// endpoints reads what every OAuth2 accounting connection has: its
+// apiBaseUrl and tokenUrl (api and token when absent) and its limits
+// (maxInFlight, callsPerMinute; the provider name's defaults).
+func endpoints(fields map[string]json.RawMessage, name, api, token string, allowPrivate bool) (apiURL, tokenURL *url.URL, l Limits, err error) {
+	if apiURL, err = configURL(fields, "apiBaseUrl", api, allowPrivate); err != nil {
+		return nil, nil, l, err
+	}
+	if tokenURL, err = configURL(fields, "tokenUrl", token, allowPrivate); err != nil {
+		return nil, nil, l, err
+	}
+	l, _ = DefaultLimits(name)
+	err = limitsFrom(fields, &l)
+	return apiURL, tokenURL, l, err
+}
+
 // configURL reads an optional base URL (apiBaseUrl, tokenUrl), def when
 // absent. It must be an absolute https URL without query or fragment whose
 // host is not a loopback, private or other non-public address or localhost;

@@ -58,7 +58,7 @@ func FuzzXeroAnswer(f *testing.F) {
 			return
 		}
 		h := http.Header{"Retry-After": {"7"}, "X-Rate-Limit-Problem": {testToken}}
-		res, err := x.interpret(answer{status: status, header: h, body: body}, accountingCred())
+		res, err := x.l.interpret(answer{status: status, header: h, body: body}, accountingCred())
 		checkAnswer(t, res, err)
 		if err == nil && !isGUID(res.ExternalID) {
 			t.Fatalf("completed with PurchaseOrderID %q", res.ExternalID)
@@ -81,10 +81,10 @@ func FuzzXeroContactAnswer(f *testing.F) {
 		if status < 100 || status > 999 {
 			return
 		}
-		res, dup, err := x.interpretContact(answer{status: status, header: http.Header{}, body: body}, supplierCommand(testSupplier()), accountingCred())
-		checkAnswer(t, res, err)
-		if dup && err == nil || err == nil && (!isGUID(res.ExternalID) || res.Action != SupplierCreated) {
-			t.Fatalf("dup %v, result %+v, error %v", dup, res, err)
+		w := x.l.interpretContact(answer{status: status, header: http.Header{}, body: body}, accountingCred())
+		checkAnswer(t, w.res, w.err)
+		if w.taken && w.err == nil || w.err == nil && !isGUID(w.res.ExternalID) {
+			t.Fatalf("taken %v, result %+v, error %v", w.taken, w.res, w.err)
 		}
 	})
 }
@@ -103,7 +103,7 @@ func FuzzQuickBooksAnswer(f *testing.F) {
 		}
 		a := answer{status: status, header: http.Header{}, body: body}
 		ans := decodeQBOAnswer(body)
-		if err := q.failure(a, ans, accountingCred()); err != nil {
+		if err := q.l.failure(a, ans, accountingCred()); err != nil {
 			checkAnswer(t, Result{}, err)
 			return
 		}

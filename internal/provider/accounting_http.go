@@ -2,38 +2,18 @@ package provider
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"time"
 
 	"integration-outbox/internal/credential"
 )
 
 // AccountingConfig configures the accounting providers (xero, quickbooks).
-type AccountingConfig struct {
-	// AllowPrivateNetworks allows http and loopback, private and other
-	// non-public apiBaseUrl/tokenUrl targets (WEBHOOK_ALLOW_PRIVATE_NETWORKS,
-	// local mode and tests only).
-	AllowPrivateNetworks bool
-	// Timeout bounds one call (PROVIDER_TIMEOUT); default 10s. The caller's
-	// ctx deadline wins when it is earlier.
-	Timeout time.Duration
-	// MaxBodyBytes is how much of a response body is read; default 1 MiB.
-	MaxBodyBytes int64
-	// Clock dates a Retry-After given as an HTTP date; default time.Now.
-	Clock func() time.Time
-	// Resolver looks host names up; nil means the system resolver.
-	Resolver *net.Resolver
-	// Transport, when set, replaces the guarded transport (the preview's
-	// capture: push.PreviewTransport, which sends nothing).
-	Transport http.RoundTripper
-}
+type AccountingConfig = HTTPConfig
 
 // accountingClient makes the HTTP calls of an accounting provider.
 type accountingClient struct {
@@ -43,16 +23,8 @@ type accountingClient struct {
 }
 
 func newAccountingClient(name string, cfg AccountingConfig) accountingClient {
-	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultWebhookTimeout)
-	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultWebhookMaxBodyBytes)
-	if cfg.Clock == nil {
-		cfg.Clock = time.Now
-	}
-	client := newGuardedClient(cfg.Timeout, cfg.AllowPrivateNetworks, cfg.Resolver)
-	if cfg.Transport != nil {
-		client.Transport = cfg.Transport
-	}
-	return accountingClient{name: name, cfg: cfg, client: client}
+	cfg = cfg.withDefaults()
+	return accountingClient{name: name, cfg: cfg, client: cfg.client()}
 }
 
 // answer is a provider's HTTP response, its body read up to the cap.

@@ -115,8 +115,13 @@ func accountingCommand(supplier, payload string, stockItems ...string) PurchaseO
 
 // compileSchema compiles one of our JSON Schemas under testdata.
 func compileSchema(t *testing.T, name string) *jsonschema.Schema {
+	return compileSchemaFile(t, filepath.Join("testdata", name))
+}
+
+// compileSchemaFile compiles the JSON Schema at path.
+func compileSchemaFile(t *testing.T, path string) *jsonschema.Schema {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", name))
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,12 +131,13 @@ func compileSchema(t *testing.T, name string) *jsonschema.Schema {
 		t.Fatal(err)
 	}
 	c := jsonschema.NewCompiler()
+	name := filepath.Base(path)
 	if err := c.AddResource(name, doc); err != nil {
 		t.Fatal(err)
 	}
 	s, err := c.Compile(name)
 	if err != nil {
-		t.Fatalf("compiling %s: %v", name, err)
+		t.Fatalf("compiling %s: %v", path, err)
 	}
 	return s
 }

@@ -28,12 +28,6 @@ func (r Registry) MaxInFlightDefaults() map[string]int {
 	return out
 }
 
-// Limits returns the limits of a connection through Xero.
-func (*Xero) Limits(conn Connection) Limits { return limitsOf(NameXero, conn) }
-
-// Limits returns the limits of a connection through QuickBooks Online.
-func (*QuickBooks) Limits(conn Connection) Limits { return limitsOf(NameQuickBooks, conn) }
-
 func limitsOf(name string, conn Connection) Limits {
 	if len(conn.Config) > 0 {
 		if l, err := ConnectionLimits(name, conn.Config); err == nil {

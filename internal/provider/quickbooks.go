@@ -39,20 +39,19 @@ const (
 // push of the same order, updates that purchase order with a sparse update
 // (docs/providers.md). It is safe for concurrent use.
 type QuickBooks struct {
-	c accountingClient
+	accounting[QuickBooksConnectionConfig, qboLedger]
 }
 
 // NewQuickBooks returns the QuickBooks Online provider. Zero fields of cfg
 // take their defaults.
 func NewQuickBooks(cfg AccountingConfig) *QuickBooks {
-	return &QuickBooks{c: newAccountingClient(NameQuickBooks, cfg)}
+	return &QuickBooks{newAccounting[QuickBooksConnectionConfig](NameQuickBooks, cfg, func(c accountingClient) qboLedger { return qboLedger{c} })}
 }
 
-// Name is "quickbooks".
-func (*QuickBooks) Name() string { return NameQuickBooks }
-
-// CloseIdleConnections closes the client's idle keep-alive connections.
-func (q *QuickBooks) CloseIdleConnections() { q.c.client.CloseIdleConnections() }
+// qboLedger is QuickBooks Online's part of the provider: its
+// configuration, bodies, calls and reading of the answers (the ledger of
+// accounting).
+type qboLedger struct{ c accountingClient }
 
 // QuickBooksConnectionConfig is a quickbooks connection's config_json.
 type QuickBooksConnectionConfig struct {
@@ -107,17 +106,13 @@ func ParseQuickBooksConfig(raw json.RawMessage, allowPrivate bool) (QuickBooksCo
 		}
 		c.MinorVersion = n
 	}
-	if c.APIBaseURL, err = configURL(fields, "apiBaseUrl", DefaultQuickBooksAPIBaseURL, allowPrivate); err != nil {
-		return c, err
-	}
-	if c.TokenURL, err = configURL(fields, "tokenUrl", DefaultQuickBooksTokenURL, allowPrivate); err != nil {
-		return c, err
-	}
-	c.Limits, _ = DefaultLimits(NameQuickBooks)
-	if err := limitsFrom(fields, &c.Limits); err != nil {
-		return c, err
-	}
-	return c, nil
+	c.APIBaseURL, c.TokenURL, c.Limits, err = endpoints(fields, NameQuickBooks, DefaultQuickBooksAPIBaseURL, DefaultQuickBooksTokenURL, allowPrivate)
+	return c, err
+}
+
+// config is ParseQuickBooksConfig (ledger).
+func (qboLedger) config(raw json.RawMessage, allowPrivate bool) (QuickBooksConnectionConfig, error) {
+	return ParseQuickBooksConfig(raw, allowPrivate)
 }
 
 // QuickBooks Online's request body, in its field names: a PurchaseOrder
@@ -162,6 +157,11 @@ type (
 // longer. QuickBooks answers a repeated requestid with its first answer.
 func QuickBooksRequestID(key string) string {
 	return deriveKey(key, "io-", quickBooksMaxRequestID)
+}
+
+// orderBody is the purchase order's body (ledger).
+func (qboLedger) orderBody(cfg QuickBooksConnectionConfig, cmd PurchaseOrderPush) ([]byte, error) {
+	return quickBooksBody(cfg, cmd, cmd.Document)
 }
 
 // quickBooksBody builds the request body of cmd for a connection with cfg;
@@ -230,52 +230,13 @@ func quickBooksBody(cfg QuickBooksConnectionConfig, cmd PurchaseOrderPush, doc *
 	return body, nil
 }
 
-// prepare is what a push settles before any call: the connection's
-// config, the request body (made by body from the config) and the
-// Authorization header.
-func (q *QuickBooks) prepare(conn Connection, cred credential.Credential, key string,
-	body func(QuickBooksConnectionConfig) ([]byte, error)) (QuickBooksConnectionConfig, []byte, string, error) {
-	cfg, err := ParseQuickBooksConfig(conn.Config, q.c.cfg.AllowPrivateNetworks)
-	if err != nil {
-		return cfg, nil, "", err
-	}
-	if key == "" {
-		return cfg, nil, "", payloadError("idempotency_key: missing or empty")
-	}
-	b, err := body(cfg)
-	if err != nil {
-		return cfg, nil, "", err
-	}
-	auth, err := bearer(NameQuickBooks, cred)
-	return cfg, b, auth, err
-}
-
-// preparePurchaseOrder is what PushPurchaseOrder settles before any call.
-func (q *QuickBooks) preparePurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (QuickBooksConnectionConfig, []byte, string, error) {
-	return q.prepare(conn, cred, cmd.IdempotencyKey, func(cfg QuickBooksConnectionConfig) ([]byte, error) {
-		return quickBooksBody(cfg, cmd, cmd.Document)
-	})
-}
-
-// CheckPurchaseOrder returns the error PushPurchaseOrder would return
-// before any call (provider.PurchaseOrderChecker).
-func (q *QuickBooks) CheckPurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) error {
-	_, _, _, err := q.preparePurchaseOrder(conn, cred, cmd)
-	return err
-}
-
-// PushPurchaseOrder creates the order in QuickBooks Online, or updates the
+// sendOrder creates the order in QuickBooks Online, or updates the
 // purchase order an earlier push created (cmd.Document) with a sparse
 // update. When that update finds the SyncToken stale (error 5010), it reads
-// the purchase order's current SyncToken once and tries once more. Every
-// failure is an *Error whose text never contains a value of cred.
-func (q *QuickBooks) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
-	cfg, body, auth, err := q.preparePurchaseOrder(conn, cred, cmd)
-	if err != nil {
-		return Result{}, err
-	}
-	res, _, err := q.write(ctx, cfg, auth, qboPurchaseOrderEntity, cmd.IdempotencyKey, cmd.Document, body,
-		func(doc *Document) ([]byte, error) { return quickBooksBody(cfg, cmd, doc) }, cred)
+// the purchase order's current SyncToken once and tries once more.
+func (q qboLedger) sendOrder(ctx context.Context, p prepared[QuickBooksConnectionConfig], cmd PurchaseOrderPush, cred credential.Credential) (Result, error) {
+	res, _, err := q.write(ctx, p, qboPurchaseOrderEntity, cmd.IdempotencyKey, cmd.Document,
+		func(doc *Document) ([]byte, error) { return quickBooksBody(p.cfg, cmd, doc) }, cred)
 	return res, err
 }
 
@@ -296,8 +257,9 @@ var (
 // current SyncToken and sends the update rebuilt by rebuild once more, under
 // a requestid of its own (QuickBooks would replay the stale answer for the
 // first one). The decoded answer lets the caller look at its fault codes.
-func (q *QuickBooks) write(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, entity qboEntity, key string,
-	doc *Document, body []byte, rebuild func(*Document) ([]byte, error), cred credential.Credential) (Result, qboAnswer, error) {
+func (q qboLedger) write(ctx context.Context, p prepared[QuickBooksConnectionConfig], entity qboEntity, key string,
+	doc *Document, rebuild func(*Document) ([]byte, error), cred credential.Credential) (Result, qboAnswer, error) {
+	cfg, auth, body := p.cfg, p.auth, p.body
 	res, ans, err := q.post(ctx, cfg, auth, entity, QuickBooksRequestID(key), body, cred)
 	if err == nil || doc == nil || !ans.hasCode(quickBooksStaleObject) {
 		return res, ans, err
@@ -330,21 +292,13 @@ func (cfg QuickBooksConnectionConfig) url(rest string, q url.Values) *url.URL {
 	return &u
 }
 
-func (q *QuickBooks) header(auth string) http.Header {
-	h := http.Header{}
-	h.Set("Authorization", auth)
-	h.Set("Accept", "application/json")
-	h.Set("User-Agent", "integration-outbox-quickbooks/1")
-	return h
-}
+func (q qboLedger) header(auth string) http.Header { return q.c.header(auth) }
 
 // post sends an entity (create or sparse update) and interprets the
 // answer; the decoded answer lets the caller look at its fault codes.
-func (q *QuickBooks) post(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, entity qboEntity, requestID string,
+func (q qboLedger) post(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, entity qboEntity, requestID string,
 	body []byte, cred credential.Credential) (Result, qboAnswer, error) {
-	h := q.header(auth)
-	h.Set("Content-Type", "application/json")
-	a, err := q.c.do(ctx, http.MethodPost, cfg.url(entity.path, url.Values{"requestid": {requestID}}), "apiBaseUrl", h, body, cred)
+	a, err := q.c.do(ctx, http.MethodPost, cfg.url(entity.path, url.Values{"requestid": {requestID}}), "apiBaseUrl", q.c.jsonHeader(auth), body, cred)
 	if err != nil {
 		return Result{}, qboAnswer{}, err
 	}
@@ -359,12 +313,11 @@ func (q *QuickBooks) post(ctx context.Context, cfg QuickBooksConnectionConfig, a
 		return Result{}, ans, redactError(&Error{Kind: Retryable, StatusCode: a.status, Message: fmt.Sprintf(
 			"quickbooks answered %d without a %s Id: %s", a.status, entity.key, quoteBody(a.body, cred))}, cred)
 	}
-	return Result{Status: StatusCompleted, ExternalID: obj.ID, StatusCode: a.status,
-		Document: &Document{ID: obj.ID, SyncToken: obj.SyncToken}}, ans, nil
+	return remembered(a.status, obj.ID, obj.SyncToken, ""), ans, nil
 }
 
 // syncToken reads the current SyncToken of entity id.
-func (q *QuickBooks) syncToken(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, entity qboEntity, id string,
+func (q qboLedger) syncToken(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, entity qboEntity, id string,
 	cred credential.Credential) (string, error) {
 	a, err := q.c.do(ctx, http.MethodGet, cfg.url(entity.path+"/"+url.PathEscape(id), url.Values{}), "apiBaseUrl", q.header(auth), nil, cred)
 	if err != nil {
@@ -466,7 +419,7 @@ const quickBooksThrottleWindow = time.Minute
 // failure classifies an answer that is not a success: a non-2xx status,
 // or a Fault in a 2xx, which is classified by its type as the status it
 // stands for would be. nil means success.
-func (q *QuickBooks) failure(a answer, ans qboAnswer, cred credential.Credential) *Error {
+func (q qboLedger) failure(a answer, ans qboAnswer, cred credential.Credential) *Error {
 	ok := a.status >= 200 && a.status < 300
 	if ok && ans.Fault == nil {
 		return nil

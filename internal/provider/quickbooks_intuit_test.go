@@ -165,7 +165,7 @@ func TestTheStandInRefusesWhatIntuitRefuses(t *testing.T) {
 	} {
 		q := NewQuickBooks(AccountingConfig{AllowPrivateNetworks: true})
 		cfg, _ := ParseQuickBooksConfig(standInConn(qb, nil).Config, true)
-		_, _, err := q.post(context.Background(), cfg, "Bearer "+testToken, qboPurchaseOrderEntity, "r-"+name, []byte(body), accountingCred())
+		_, _, err := q.l.post(context.Background(), cfg, "Bearer "+testToken, qboPurchaseOrderEntity, "r-"+name, []byte(body), accountingCred())
 		if e, ok := err.(*Error); !ok || e.Kind != Rejected {
 			t.Errorf("%s: %v, want refused", name, err)
 		}

@@ -56,33 +56,20 @@ type (
 	}
 )
 
+// quickBooksSupplierLimits are QuickBooks' names and lengths of a vendor's
+// fields.
+var quickBooksSupplierLimits = supplierLimits{name: fieldLabel{"QuickBooks' vendor DisplayName", 500},
+	code: fieldLabel{"QuickBooks' vendor AcctNum", 100}, email: fieldLabel{"QuickBooks' PrimaryEmailAddr", 100},
+	taxNumber: fieldLabel{"QuickBooks' vendor TaxIdentifier", 20}, phone: fieldLabel{"QuickBooks' PrimaryPhone", 30},
+	city: fieldLabel{"QuickBooks' BillAddr City", 255}, postalCode: fieldLabel{"QuickBooks' BillAddr PostalCode", 30},
+	country: fieldLabel{"QuickBooks' BillAddr Country", 255}, addressLine: fieldLabel{"QuickBooks' BillAddr Line%d", 500},
+	addressLines: "at most 4 are sent"}
+
 // quickBooksVendorBody builds the request body of supplier s; doc, when
 // set, makes it a sparse update of that vendor. The currency is sent on a
 // create only: QuickBooks does not change a vendor's currency.
 func quickBooksVendorBody(s Supplier, doc *Document) ([]byte, error) {
-	if strings.TrimSpace(s.Name) == "" {
-		return nil, payloadError("payload_json.name: missing or empty")
-	}
-	limits := []fieldLimit{
-		{"name", s.Name, "QuickBooks' vendor DisplayName", 500},
-		{"code", s.Code, "QuickBooks' vendor AcctNum", 100},
-		{"email", s.Email, "QuickBooks' PrimaryEmailAddr", 100},
-		{"taxNumber", s.TaxNumber, "QuickBooks' vendor TaxIdentifier", 20},
-		{"phone", s.Phone, "QuickBooks' PrimaryPhone", 30},
-		{"city", s.City, "QuickBooks' BillAddr City", 255},
-		{"postalCode", s.PostalCode, "QuickBooks' BillAddr PostalCode", 30},
-		{"country", s.Country, "QuickBooks' BillAddr Country", 255},
-	}
-	if len(s.AddressLines) > 4 {
-		return nil, payloadError("payload_json.addressLines: %d lines; at most 4 are sent", len(s.AddressLines))
-	}
-	for i, l := range s.AddressLines {
-		limits = append(limits, fieldLimit{fmt.Sprintf("addressLines[%d]", i), l, fmt.Sprintf("QuickBooks' BillAddr Line%d", i+1), 500})
-	}
-	if err := checkLengths(limits); err != nil {
-		return nil, err
-	}
-	if err := supplierCurrency(s.CurrencyCode); err != nil {
+	if err := quickBooksSupplierLimits.check(s); err != nil {
 		return nil, err
 	}
 	v := qboVendor{DisplayName: s.Name, TaxIdentifier: s.TaxNumber, AcctNum: s.Code}
@@ -95,11 +82,9 @@ func quickBooksVendorBody(s Supplier, doc *Document) ([]byte, error) {
 	if s.Phone != "" {
 		v.PrimaryPhone = &qboPhone{FreeFormNumber: s.Phone}
 	}
-	if len(s.AddressLines) > 0 || s.City != "" || s.PostalCode != "" || s.Country != "" {
+	if s.hasAddress() {
 		a := &qboAddress{City: s.City, PostalCode: s.PostalCode, Country: s.Country}
-		for i, l := range s.AddressLines {
-			*[]*string{&a.Line1, &a.Line2, &a.Line3, &a.Line4}[i] = l
-		}
+		s.setLines(&a.Line1, &a.Line2, &a.Line3, &a.Line4)
 		v.BillAddr = a
 	}
 	if doc != nil {
@@ -114,54 +99,30 @@ func quickBooksVendorBody(s Supplier, doc *Document) ([]byte, error) {
 	return body, nil
 }
 
-// prepareSupplier is what PushSupplier settles before any call; a
-// remembered vendor without a SyncToken cannot be updated.
-func (q *QuickBooks) prepareSupplier(conn Connection, cred credential.Credential, cmd SupplierPush) (QuickBooksConnectionConfig, []byte, string, error) {
-	return q.prepare(conn, cred, cmd.IdempotencyKey, func(QuickBooksConnectionConfig) ([]byte, error) {
-		if cmd.Document != nil && (cmd.Document.ID == "" || cmd.Document.SyncToken == "") {
-			return nil, payloadError("the supplier's remembered vendor %q has no SyncToken to update it with", cmd.Document.ID)
-		}
-		return quickBooksVendorBody(cmd.Supplier, cmd.Document)
-	})
+// supplierBody is the vendor's body; a remembered vendor without a
+// SyncToken cannot be updated.
+func (qboLedger) supplierBody(_ QuickBooksConnectionConfig, cmd SupplierPush) ([]byte, error) {
+	if cmd.Document != nil && (cmd.Document.ID == "" || cmd.Document.SyncToken == "") {
+		return nil, payloadError("the supplier's remembered vendor %q has no SyncToken to update it with", cmd.Document.ID)
+	}
+	return quickBooksVendorBody(cmd.Supplier, cmd.Document)
 }
 
-// CheckSupplier returns the error PushSupplier would return before any
-// call (provider.SupplierChecker).
-func (q *QuickBooks) CheckSupplier(conn Connection, cred credential.Credential, cmd SupplierPush) error {
-	_, _, _, err := q.prepareSupplier(conn, cred, cmd)
-	return err
-}
-
-// PushSupplier creates the supplier as a QuickBooks Online vendor, or
+// sendSupplier creates the supplier as a QuickBooks Online vendor, or
 // updates the vendor an earlier push created or linked (cmd.Document) with
 // a sparse update, reading its current SyncToken once when that is stale.
-// When QuickBooks refuses a new vendor because the name is taken (6240), it
-// finds the vendor of that DisplayName and links the supplier to it. Every
-// failure is an *Error whose text never contains a value of cred.
-func (q *QuickBooks) PushSupplier(ctx context.Context, conn Connection, cred credential.Credential, cmd SupplierPush) (Result, error) {
-	cfg, body, auth, err := q.prepareSupplier(conn, cred, cmd)
-	if err != nil {
-		return Result{}, err
-	}
-	res, ans, err := q.write(ctx, cfg, auth, qboVendorEntity, cmd.IdempotencyKey, cmd.Document, body,
+// 6240 says the name is taken.
+func (q qboLedger) sendSupplier(ctx context.Context, p prepared[QuickBooksConnectionConfig], cmd SupplierPush, cred credential.Credential) supplierWrite {
+	res, ans, err := q.write(ctx, p, qboVendorEntity, cmd.IdempotencyKey, cmd.Document,
 		func(doc *Document) ([]byte, error) { return quickBooksVendorBody(cmd.Supplier, doc) }, cred)
-	switch {
-	case err == nil:
-		res.Action = SupplierCreated
-		if cmd.Document != nil {
-			res.Action = SupplierUpdated
-		}
-		return res, nil
-	case !ans.hasCode(quickBooksDuplicateName):
-		return res, err
-	case cmd.Document != nil:
-		// A rename onto a name another vendor, customer or employee has:
-		// linking would move the supplier's orders, so a person decides.
-		return Result{}, redactError(&Error{Kind: Rejected, StatusCode: errorStatus(err), Message: fmt.Sprintf(
-			"quickbooks refused to rename vendor %s to %s: another vendor, customer or employee has that name (%s)",
-			cmd.Document.ID, quoteBody([]byte(cmd.Supplier.Name), cred), ans.faultText())}, cred)
-	}
-	return q.link(ctx, cfg, auth, cmd.Supplier, cred)
+	return supplierWrite{res: res, err: err, taken: ans.hasCode(quickBooksDuplicateName), detail: ans.faultText()}
+}
+
+// renameRefused: an update onto a name another vendor, customer or
+// employee has.
+func (qboLedger) renameRefused(cmd SupplierPush, w supplierWrite, cred credential.Credential) *Error {
+	return &Error{Message: fmt.Sprintf("quickbooks refused to rename vendor %s to %s: another vendor, customer or employee has that name (%s)",
+		cmd.Document.ID, quoteBody([]byte(cmd.Supplier.Name), cred), w.detail)}
 }
 
 // errorStatus is the HTTP status of a provider error, 0 when it has none.
@@ -176,7 +137,8 @@ func errorStatus(err error) int {
 // link finds the active vendor whose DisplayName is the supplier's name and
 // answers it as the supplier's. None found (the name may be a customer's
 // or an employee's) is a permanent refusal that says so.
-func (q *QuickBooks) link(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, s Supplier, cred credential.Credential) (Result, error) {
+func (q qboLedger) link(ctx context.Context, p prepared[QuickBooksConnectionConfig], s Supplier, cred credential.Credential) (Result, error) {
+	cfg, auth := p.cfg, p.auth
 	query := "select * from Vendor where DisplayName = " + quickBooksQuote(s.Name)
 	a, err := q.c.do(ctx, http.MethodGet, cfg.url("query", url.Values{"query": {query}}), "apiBaseUrl", q.header(auth), nil, cred)
 	if err != nil {
@@ -192,8 +154,7 @@ func (q *QuickBooks) link(ctx context.Context, cfg QuickBooksConnectionConfig, a
 		// query read otherwise cannot link another vendor.
 		for _, v := range ans.QueryResponse.Vendor {
 			if v.ID != "" && len(v.ID) <= maxExternalIDBytes && strings.EqualFold(strings.TrimSpace(v.DisplayName), s.Name) {
-				return Result{Status: StatusCompleted, ExternalID: v.ID, StatusCode: a.status,
-					Document: &Document{ID: v.ID, SyncToken: v.SyncToken}, Action: SupplierLinked}, nil
+				return remembered(a.status, v.ID, v.SyncToken, SupplierLinked), nil
 			}
 		}
 	}

@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-
-	"integration-outbox/internal/credential"
 )
 
 // qboVendorOf is what the tests read of a vendor request body.
@@ -181,62 +179,6 @@ func TestQuickBooksDuplicateNameRefusals(t *testing.T) {
 	_, err = q.PushSupplier(context.Background(), quickBooksConn(api), accountingCred(), supplierCommand(qboSupplier()))
 	if e := asError(t, err); e.Kind != Retryable || !e.PauseConnection || !strings.Contains(e.Message, "finding the vendor") {
 		t.Errorf("query throttled = %+v", e)
-	}
-}
-
-// TestQuickBooksSupplierRefusedBeforeAnyCall: what QuickBooks can never
-// take is refused, naming the field; CheckSupplier says the same without
-// calling. A name too long for CompanyName is sent as DisplayName only.
-func TestQuickBooksSupplierRefusedBeforeAnyCall(t *testing.T) {
-	t.Parallel()
-	api := newFakeAPI(t)
-	q := newTestQuickBooks(t)
-	with := func(f func(*Supplier)) SupplierPush {
-		s := qboSupplier()
-		f(&s)
-		return supplierCommand(s)
-	}
-	tests := []struct {
-		name string
-		cred credential.Credential
-		cmd  SupplierPush
-		kind ErrorKind
-		says string
-	}{
-		{"long tax number", accountingCred(), with(func(s *Supplier) { s.TaxNumber = strings.Repeat("1", 21) }), PayloadInvalid,
-			"payload_json.taxNumber: 21 characters; QuickBooks' vendor TaxIdentifier takes at most 20"},
-		{"long phone", accountingCred(), with(func(s *Supplier) { s.Phone = strings.Repeat("1", 31) }), PayloadInvalid, "payload_json.phone"},
-		{"long email", accountingCred(), with(func(s *Supplier) { s.Email = strings.Repeat("a", 95) + "@x.example" }), PayloadInvalid, "payload_json.email"},
-		{"unknown currency", accountingCred(), with(func(s *Supplier) { s.CurrencyCode = "XXX" }), PayloadInvalid, "payload_json.currencyCode"},
-		{"document without SyncToken", accountingCred(), func() SupplierPush {
-			c := supplierCommand(qboSupplier())
-			c.Document = &Document{ID: "58"}
-			return c
-		}(), PayloadInvalid, "no SyncToken"},
-		{"no token", credential.Credential{}, supplierCommand(qboSupplier()), ConfigInvalid, "no access token"},
-	}
-	for _, tt := range tests {
-		_, err := q.PushSupplier(context.Background(), quickBooksConn(api), tt.cred, tt.cmd)
-		if e := asError(t, err); e.Kind != tt.kind || !strings.Contains(e.Message, tt.says) {
-			t.Errorf("%s: %v, want %v saying %q", tt.name, err, tt.kind, tt.says)
-		}
-		if cerr := q.CheckSupplier(quickBooksConn(api), tt.cred, tt.cmd); cerr == nil || cerr.Error() != err.Error() {
-			t.Errorf("%s: CheckSupplier = %v, want %v", tt.name, cerr, err)
-		}
-	}
-	if n := len(api.requests()); n != 0 {
-		t.Errorf("%d calls made, want none", n)
-	}
-
-	long := qboSupplier()
-	long.Name = strings.Repeat("n", 101)
-	body, err := quickBooksVendorBody(long, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	validQBO(t, "Vendor", body)
-	if v := decodeQBOVendor(t, body); v.CompanyName != "" || v.DisplayName != long.Name {
-		t.Errorf("101-character name: %s", body)
 	}
 }
 

@@ -2,7 +2,6 @@ package provider
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -12,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -38,25 +36,7 @@ const maxRetryAfter = time.Hour
 const maxQuotedBody = 500
 
 // WebhookConfig configures the webhook provider.
-type WebhookConfig struct {
-	// AllowPrivateNetworks allows http URLs and loopback, private and other
-	// non-public targets (WEBHOOK_ALLOW_PRIVATE_NETWORKS, local mode only).
-	AllowPrivateNetworks bool
-	// Timeout bounds one call (PROVIDER_TIMEOUT); default 10s. The caller's
-	// ctx deadline wins when it is earlier.
-	Timeout time.Duration
-	// MaxBodyBytes is how much of a response body is read; default 1 MiB.
-	MaxBodyBytes int64
-	// Clock stamps request signatures; default time.Now.
-	Clock func() time.Time
-	// Resolver looks up target host names; nil means the system resolver.
-	// The guard checks every address it returns, so tests use it to make
-	// names resolve to non-public addresses without any DNS traffic.
-	Resolver *net.Resolver
-	// Transport, when set, replaces the guarded transport (the preview's
-	// capture: push.PreviewTransport, which sends nothing).
-	Transport http.RoundTripper
-}
+type WebhookConfig = HTTPConfig
 
 // Webhook is the "webhook" provider: it POSTs each command as JSON to the
 // connection's config_json.url. It is safe for concurrent use and keeps one
@@ -70,17 +50,8 @@ type Webhook struct {
 // defaults. Unless cfg.AllowPrivateNetworks, its client refuses, at connect
 // time, every target address that is not public (see isPublicAddr).
 func NewWebhook(cfg WebhookConfig) *Webhook {
-	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultWebhookTimeout)
-	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultWebhookMaxBodyBytes)
-	if cfg.Clock == nil {
-		cfg.Clock = time.Now
-	}
-
-	client := newGuardedClient(cfg.Timeout, cfg.AllowPrivateNetworks, cfg.Resolver)
-	if cfg.Transport != nil {
-		client.Transport = cfg.Transport
-	}
-	return &Webhook{cfg: cfg, client: client}
+	cfg = cfg.withDefaults()
+	return &Webhook{cfg: cfg, client: cfg.client()}
 }
 
 // Name is "webhook".

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
-	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,25 +17,7 @@ import (
 // receiversSchema compiles docs/receivers.schema.json, the receivers'
 // contract every webhook body must match.
 func receiversSchema(t *testing.T) *jsonschema.Schema {
-	t.Helper()
-	f, err := os.Open("../../docs/receivers.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	doc, err := jsonschema.UnmarshalJSON(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource("receivers.schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.Compile("receivers.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return compileSchemaFile(t, filepath.Join("..", "..", "docs", "receivers.schema.json"))
 }
 
 // TestWebhookSupplierRequest: a supplier goes as a signed event like the

@@ -28,19 +28,17 @@ const xeroMaxIdempotencyKey = 128
 // same order, updates that purchase order (docs/providers.md). It is safe
 // for concurrent use.
 type Xero struct {
-	c accountingClient
+	accounting[XeroConnectionConfig, xeroLedger]
 }
 
 // NewXero returns the Xero provider. Zero fields of cfg take their defaults.
 func NewXero(cfg AccountingConfig) *Xero {
-	return &Xero{c: newAccountingClient(NameXero, cfg)}
+	return &Xero{newAccounting[XeroConnectionConfig](NameXero, cfg, func(c accountingClient) xeroLedger { return xeroLedger{c} })}
 }
 
-// Name is "xero".
-func (*Xero) Name() string { return NameXero }
-
-// CloseIdleConnections closes the client's idle keep-alive connections.
-func (x *Xero) CloseIdleConnections() { x.c.client.CloseIdleConnections() }
+// xeroLedger is Xero's part of the provider: its configuration, bodies,
+// calls and reading of the answers (the ledger of accounting).
+type xeroLedger struct{ c accountingClient }
 
 // XeroConnectionConfig is a xero connection's config_json.
 type XeroConnectionConfig struct {
@@ -80,17 +78,13 @@ func ParseXeroConfig(raw json.RawMessage, allowPrivate bool) (XeroConnectionConf
 	default:
 		return c, configError("status", "%q is not DRAFT, SUBMITTED or AUTHORISED", c.Status)
 	}
-	if c.APIBaseURL, err = configURL(fields, "apiBaseUrl", DefaultXeroAPIBaseURL, allowPrivate); err != nil {
-		return c, err
-	}
-	if c.TokenURL, err = configURL(fields, "tokenUrl", DefaultXeroTokenURL, allowPrivate); err != nil {
-		return c, err
-	}
-	c.Limits, _ = DefaultLimits(NameXero)
-	if err := limitsFrom(fields, &c.Limits); err != nil {
-		return c, err
-	}
-	return c, nil
+	c.APIBaseURL, c.TokenURL, c.Limits, err = endpoints(fields, NameXero, DefaultXeroAPIBaseURL, DefaultXeroTokenURL, allowPrivate)
+	return c, err
+}
+
+// config is ParseXeroConfig (ledger).
+func (xeroLedger) config(raw json.RawMessage, allowPrivate bool) (XeroConnectionConfig, error) {
+	return ParseXeroConfig(raw, allowPrivate)
 }
 
 // Xero's request body, in its field names (testdata/xero_purchase_orders.schema.json).
@@ -124,6 +118,11 @@ type (
 // characters.
 func XeroIdempotencyKey(key string) string {
 	return deriveKey(key, "io-", xeroMaxIdempotencyKey)
+}
+
+// orderBody is the purchase order's body (ledger).
+func (xeroLedger) orderBody(cfg XeroConnectionConfig, cmd PurchaseOrderPush) ([]byte, error) {
+	return xeroBody(cfg, cmd)
 }
 
 // xeroBody builds the request body of cmd for a connection with cfg.
@@ -174,52 +173,15 @@ func xeroBody(cfg XeroConnectionConfig, cmd PurchaseOrderPush) ([]byte, error) {
 	return body, nil
 }
 
-// prepare is what a push settles before any call: the connection's
-// config, the request body (made by body from the config) and the
-// Authorization header.
-func (x *Xero) prepare(conn Connection, cred credential.Credential, key string,
-	body func(XeroConnectionConfig) ([]byte, error)) (XeroConnectionConfig, []byte, string, error) {
-	cfg, err := ParseXeroConfig(conn.Config, x.c.cfg.AllowPrivateNetworks)
-	if err != nil {
-		return cfg, nil, "", err
-	}
-	if key == "" {
-		return cfg, nil, "", payloadError("idempotency_key: missing or empty")
-	}
-	b, err := body(cfg)
-	if err != nil {
-		return cfg, nil, "", err
-	}
-	auth, err := bearer(NameXero, cred)
-	return cfg, b, auth, err
-}
-
-// preparePurchaseOrder is what PushPurchaseOrder settles before any call.
-func (x *Xero) preparePurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (XeroConnectionConfig, []byte, string, error) {
-	return x.prepare(conn, cred, cmd.IdempotencyKey, func(cfg XeroConnectionConfig) ([]byte, error) { return xeroBody(cfg, cmd) })
-}
-
-// CheckPurchaseOrder returns the error PushPurchaseOrder would return
-// before any call (provider.PurchaseOrderChecker).
-func (x *Xero) CheckPurchaseOrder(conn Connection, cred credential.Credential, cmd PurchaseOrderPush) error {
-	_, _, _, err := x.preparePurchaseOrder(conn, cred, cmd)
-	return err
-}
-
-// PushPurchaseOrder creates the order in Xero, or updates the purchase
-// order an earlier push created (cmd.Document). Every failure is an *Error
-// whose text never contains a value of cred.
-func (x *Xero) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
-	cfg, body, auth, err := x.preparePurchaseOrder(conn, cred, cmd)
-	if err != nil {
-		return Result{}, err
-	}
+// sendOrder creates the purchase order, or updates the one an earlier
+// push created (cmd.Document).
+func (x xeroLedger) sendOrder(ctx context.Context, p prepared[XeroConnectionConfig], cmd PurchaseOrderPush, cred credential.Credential) (Result, error) {
 	// Create: POST /PurchaseOrders with summarizeErrors=false (a validation
 	// error comes back per order in a 200). Update: POST
 	// /PurchaseOrders/{PurchaseOrderID}, Xero's documented update of one
 	// purchase order. unitdp=4 keeps unit amounts of three-decimal
 	// currencies whole.
-	target := *cfg.APIBaseURL
+	target := *p.cfg.APIBaseURL
 	q := url.Values{"unitdp": {"4"}}
 	if cmd.Document != nil {
 		target.Path += "/PurchaseOrders/" + url.PathEscape(cmd.Document.ID)
@@ -228,10 +190,7 @@ func (x *Xero) PushPurchaseOrder(ctx context.Context, conn Connection, cred cred
 		q.Set("summarizeErrors", "false")
 	}
 	target.RawQuery = q.Encode()
-	h := cfg.header(auth)
-	h.Set("Idempotency-Key", XeroIdempotencyKey(cmd.IdempotencyKey))
-	h.Set("Content-Type", "application/json")
-	a, err := x.c.do(ctx, http.MethodPost, &target, "apiBaseUrl", h, body, cred)
+	a, err := x.c.do(ctx, http.MethodPost, &target, "apiBaseUrl", x.write(p, cmd.IdempotencyKey), p.body, cred)
 	if err != nil {
 		return Result{}, err
 	}
@@ -239,12 +198,18 @@ func (x *Xero) PushPurchaseOrder(ctx context.Context, conn Connection, cred cred
 }
 
 // header returns the headers of every call to the connection's tenant.
-func (cfg XeroConnectionConfig) header(auth string) http.Header {
-	h := http.Header{}
-	h.Set("Authorization", auth)
+func (x xeroLedger) header(cfg XeroConnectionConfig, auth string) http.Header {
+	h := x.c.header(auth)
 	h.Set("xero-tenant-id", cfg.TenantID)
-	h.Set("Accept", "application/json")
-	h.Set("User-Agent", "integration-outbox-xero/1")
+	return h
+}
+
+// write returns the headers of a create or update: the tenant's, the JSON
+// body's and the Idempotency-Key of our key.
+func (x xeroLedger) write(p prepared[XeroConnectionConfig], key string) http.Header {
+	h := x.header(p.cfg, p.auth)
+	h.Set("Content-Type", "application/json")
+	h.Set("Idempotency-Key", XeroIdempotencyKey(key))
 	return h
 }
 
@@ -293,7 +258,7 @@ const xeroDayLimitPause = 24 * time.Hour
 
 // interpret maps Xero's answer to a purchase order push to a Result or an
 // *Error.
-func (x *Xero) interpret(a answer, cred credential.Credential) (Result, error) {
+func (x xeroLedger) interpret(a answer, cred credential.Credential) (Result, error) {
 	ans := decodeXeroAnswer(a.body)
 	if a.status < 200 || a.status >= 300 {
 		return Result{}, x.failure(a, ans, cred)
@@ -314,13 +279,13 @@ func (x *Xero) interpret(a answer, cred credential.Credential) (Result, error) {
 		return Result{}, redactError(&Error{Kind: Retryable, StatusCode: a.status,
 			Message: "xero answered a PurchaseOrderID that is not a GUID: " + quoteBody([]byte(id), cred)}, cred)
 	}
-	return Result{Status: StatusCompleted, ExternalID: id, StatusCode: a.status, Document: &Document{ID: id}}, nil
+	return remembered(a.status, id, "", ""), nil
 }
 
 // failure classifies an answer of Xero that is not a 2xx: its own
 // explanation quoted, rate limits pausing the connection (until the next
 // day for the daily limit), 401/403 AuthFailed.
-func (x *Xero) failure(a answer, ans xeroAnswer, cred credential.Credential) *Error {
+func (x xeroLedger) failure(a answer, ans xeroAnswer, cred credential.Credential) *Error {
 	var detail string
 	switch {
 	case len(ans.Elements) > 0:

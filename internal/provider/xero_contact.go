@@ -44,33 +44,18 @@ type (
 	}
 )
 
+// xeroSupplierLimits are Xero's names and lengths of a contact's fields.
+var xeroSupplierLimits = supplierLimits{name: fieldLabel{"Xero's contact Name", 255}, code: fieldLabel{"Xero's ContactNumber", 50},
+	email: fieldLabel{"Xero's EmailAddress", 255}, taxNumber: fieldLabel{"Xero's TaxNumber", 50}, phone: fieldLabel{"Xero's PhoneNumber", 50},
+	city: fieldLabel{"Xero's address City", 255}, postalCode: fieldLabel{"Xero's address PostalCode", 50},
+	country: fieldLabel{"Xero's address Country", 50}, addressLine: fieldLabel{"Xero's AddressLine%d", 500},
+	addressLines: "Xero's address has 4"}
+
 // xeroContactRequest builds the request body of cmd: a new contact, or an
 // update of the one an earlier push created or linked (cmd.Document).
 func xeroContactRequest(cmd SupplierPush) ([]byte, error) {
 	s := cmd.Supplier
-	if strings.TrimSpace(s.Name) == "" {
-		return nil, payloadError("payload_json.name: missing or empty")
-	}
-	limits := []fieldLimit{
-		{"name", s.Name, "Xero's contact Name", 255},
-		{"code", s.Code, "Xero's ContactNumber", 50},
-		{"email", s.Email, "Xero's EmailAddress", 255},
-		{"taxNumber", s.TaxNumber, "Xero's TaxNumber", 50},
-		{"phone", s.Phone, "Xero's PhoneNumber", 50},
-		{"city", s.City, "Xero's address City", 255},
-		{"postalCode", s.PostalCode, "Xero's address PostalCode", 50},
-		{"country", s.Country, "Xero's address Country", 50},
-	}
-	if len(s.AddressLines) > 4 {
-		return nil, payloadError("payload_json.addressLines: %d lines; Xero's address has 4", len(s.AddressLines))
-	}
-	for i, l := range s.AddressLines {
-		limits = append(limits, fieldLimit{fmt.Sprintf("addressLines[%d]", i), l, fmt.Sprintf("Xero's AddressLine%d", i+1), 500})
-	}
-	if err := checkLengths(limits); err != nil {
-		return nil, err
-	}
-	if err := supplierCurrency(s.CurrencyCode); err != nil {
+	if err := xeroSupplierLimits.check(s); err != nil {
 		return nil, err
 	}
 	c := xeroContactBody{Name: s.Name, ContactNumber: s.Code, EmailAddress: s.Email, TaxNumber: s.TaxNumber,
@@ -84,13 +69,11 @@ func xeroContactRequest(cmd SupplierPush) ([]byte, error) {
 	if s.Phone != "" {
 		c.Phones = []xeroPhone{{PhoneType: "DEFAULT", PhoneNumber: s.Phone}}
 	}
-	if len(s.AddressLines) > 0 || s.City != "" || s.PostalCode != "" || s.Country != "" {
+	if s.hasAddress() {
 		// POBOX is the contact's postal address: the one Xero prints on the
 		// purchase orders sent to the supplier.
 		a := xeroAddress{AddressType: "POBOX", City: s.City, PostalCode: s.PostalCode, Country: s.Country}
-		for i, l := range s.AddressLines {
-			*[]*string{&a.AddressLine1, &a.AddressLine2, &a.AddressLine3, &a.AddressLine4}[i] = l
-		}
+		s.setLines(&a.AddressLine1, &a.AddressLine2, &a.AddressLine3, &a.AddressLine4)
 		c.Addresses = []xeroAddress{a}
 	}
 	body, err := json.Marshal(xeroContacts{Contacts: []xeroContactBody{c}})
@@ -100,54 +83,30 @@ func xeroContactRequest(cmd SupplierPush) ([]byte, error) {
 	return body, nil
 }
 
-// prepareSupplier is what PushSupplier settles before any call.
-func (x *Xero) prepareSupplier(conn Connection, cred credential.Credential, cmd SupplierPush) (XeroConnectionConfig, []byte, string, error) {
-	return x.prepare(conn, cred, cmd.IdempotencyKey, func(XeroConnectionConfig) ([]byte, error) { return xeroContactRequest(cmd) })
+func (xeroLedger) supplierBody(_ XeroConnectionConfig, cmd SupplierPush) ([]byte, error) {
+	return xeroContactRequest(cmd)
 }
 
-// CheckSupplier returns the error PushSupplier would return before any
-// call (provider.SupplierChecker).
-func (x *Xero) CheckSupplier(conn Connection, cred credential.Credential, cmd SupplierPush) error {
-	_, _, _, err := x.prepareSupplier(conn, cred, cmd)
-	return err
-}
-
-// PushSupplier creates the supplier as a Xero contact, or updates the
-// contact an earlier push created or linked (cmd.Document). When Xero
-// refuses a new contact because another already has its name, it finds
-// that contact (by ContactNumber, the host's supplier code, then by name)
-// and links the supplier to it. Every failure is an *Error whose text never
-// contains a value of cred.
-func (x *Xero) PushSupplier(ctx context.Context, conn Connection, cred credential.Credential, cmd SupplierPush) (Result, error) {
-	cfg, body, auth, err := x.prepareSupplier(conn, cred, cmd)
-	if err != nil {
-		return Result{}, err
-	}
+// sendSupplier creates the supplier as a Xero contact, or updates the
+// contact an earlier push created or linked (cmd.Document).
+func (x xeroLedger) sendSupplier(ctx context.Context, p prepared[XeroConnectionConfig], cmd SupplierPush, cred credential.Credential) supplierWrite {
 	// POST /Contacts creates a contact, or updates the one whose ContactID
 	// the body names; summarizeErrors=false answers a refused contact in a
 	// 200 with its validation errors.
-	target := *cfg.APIBaseURL
+	target := *p.cfg.APIBaseURL
 	target.Path += "/Contacts"
 	target.RawQuery = url.Values{"summarizeErrors": {"false"}}.Encode()
-	h := cfg.header(auth)
-	h.Set("Idempotency-Key", XeroIdempotencyKey(cmd.IdempotencyKey))
-	h.Set("Content-Type", "application/json")
-	a, err := x.c.do(ctx, http.MethodPost, &target, "apiBaseUrl", h, body, cred)
+	a, err := x.c.do(ctx, http.MethodPost, &target, "apiBaseUrl", x.write(p, cmd.IdempotencyKey), p.body, cred)
 	if err != nil {
-		return Result{}, err
+		return supplierWrite{err: err}
 	}
-	res, dup, err := x.interpretContact(a, cmd, cred)
-	if !dup {
-		return res, err
-	}
-	if cmd.Document != nil {
-		// A rename onto another contact's name: linking would move the
-		// supplier's orders to that contact, so a person decides.
-		return Result{}, redactError(&Error{Kind: Rejected, StatusCode: a.status, Message: fmt.Sprintf(
-			"xero refused to rename contact %s to %s: another contact has that name (rename one of them, or merge them in Xero)",
-			cmd.Document.ID, quoteBody([]byte(cmd.Supplier.Name), cred))}, cred)
-	}
-	return x.link(ctx, cfg, auth, cmd.Supplier, cred)
+	return x.interpretContact(a, cred)
+}
+
+// renameRefused: an update onto another contact's name.
+func (xeroLedger) renameRefused(cmd SupplierPush, _ supplierWrite, cred credential.Credential) *Error {
+	return &Error{Message: fmt.Sprintf("xero refused to rename contact %s to %s: another contact has that name "+
+		"(rename one of them, or merge them in Xero)", cmd.Document.ID, quoteBody([]byte(cmd.Supplier.Name), cred))}
 }
 
 // xeroDuplicateName is what Xero's validation message says when a contact
@@ -157,35 +116,29 @@ func (x *Xero) PushSupplier(ctx context.Context, conn Connection, cred credentia
 const xeroDuplicateName = "already assigned to another contact"
 
 // interpretContact maps Xero's answer to a contact push to a Result or an
-// *Error; dup reports a refusal because another contact has the name
-// (err then says so, for a caller that does not link).
-func (x *Xero) interpretContact(a answer, cmd SupplierPush, cred credential.Credential) (res Result, dup bool, err error) {
+// *Error, and says whether Xero refused it because another contact has
+// the name.
+func (x xeroLedger) interpretContact(a answer, cred credential.Credential) supplierWrite {
 	ans := decodeXeroAnswer(a.body)
 	if a.status < 200 || a.status >= 300 {
-		e := x.failure(a, ans, cred)
-		return Result{}, a.status == http.StatusBadRequest && isDuplicateName(ans.Elements), e
+		return supplierWrite{err: x.failure(a, ans, cred), taken: a.status == http.StatusBadRequest && isDuplicateName(ans.Elements)}
 	}
 	if len(ans.Contacts) == 0 {
 		// Xero took the call but we cannot tell what it did: a retry with
 		// the same Idempotency-Key gets the same answer.
-		return Result{}, false, redactError(&Error{Kind: Retryable, StatusCode: a.status,
-			Message: fmt.Sprintf("xero answered %d without a contact: %s", a.status, quoteBody(a.body, cred))}, cred)
+		return supplierWrite{err: redactError(&Error{Kind: Retryable, StatusCode: a.status,
+			Message: fmt.Sprintf("xero answered %d without a contact: %s", a.status, quoteBody(a.body, cred))}, cred)}
 	}
 	c := ans.Contacts[0]
 	if refused, msgs := c.refused(); refused {
-		return Result{}, isDuplicateName(ans.Contacts[:1]), redactError(&Error{Kind: Rejected, StatusCode: a.status,
-			Message: "xero refused the contact: " + quoteBody([]byte(strings.Join(msgs, "; ")), cred)}, cred)
+		return supplierWrite{taken: isDuplicateName(ans.Contacts[:1]), err: redactError(&Error{Kind: Rejected, StatusCode: a.status,
+			Message: "xero refused the contact: " + quoteBody([]byte(strings.Join(msgs, "; ")), cred)}, cred)}
 	}
 	if !isGUID(c.ContactID) {
-		return Result{}, false, redactError(&Error{Kind: Retryable, StatusCode: a.status,
-			Message: "xero answered a ContactID that is not a GUID: " + quoteBody([]byte(c.ContactID), cred)}, cred)
+		return supplierWrite{err: redactError(&Error{Kind: Retryable, StatusCode: a.status,
+			Message: "xero answered a ContactID that is not a GUID: " + quoteBody([]byte(c.ContactID), cred)}, cred)}
 	}
-	action := SupplierCreated
-	if cmd.Document != nil {
-		action = SupplierUpdated
-	}
-	return Result{Status: StatusCompleted, ExternalID: c.ContactID, StatusCode: a.status,
-		Document: &Document{ID: c.ContactID}, Action: action}, false, nil
+	return supplierWrite{res: remembered(a.status, c.ContactID, "", "")}
 }
 
 // isDuplicateName reports whether a refused element says that its name is
@@ -205,7 +158,8 @@ func isDuplicateName(els []xeroElement) bool {
 // it as the supplier's: first by ContactNumber (the host's supplier code,
 // which an earlier push may have set), then by name. None found is a
 // permanent refusal that says so.
-func (x *Xero) link(ctx context.Context, cfg XeroConnectionConfig, auth string, s Supplier, cred credential.Credential) (Result, error) {
+func (x xeroLedger) link(ctx context.Context, p prepared[XeroConnectionConfig], s Supplier, cred credential.Credential) (Result, error) {
+	cfg, auth := p.cfg, p.auth
 	var lookups []struct{ field, value string }
 	if s.Code != "" {
 		lookups = append(lookups, struct{ field, value string }{"ContactNumber", s.Code})
@@ -215,7 +169,7 @@ func (x *Xero) link(ctx context.Context, cfg XeroConnectionConfig, auth string, 
 		target := *cfg.APIBaseURL
 		target.Path += "/Contacts"
 		target.RawQuery = url.Values{"where": {xeroWhereEquals(l.field, l.value)}}.Encode()
-		a, err := x.c.do(ctx, http.MethodGet, &target, "apiBaseUrl", cfg.header(auth), nil, cred)
+		a, err := x.c.do(ctx, http.MethodGet, &target, "apiBaseUrl", x.header(cfg, auth), nil, cred)
 		if err != nil {
 			return Result{}, err
 		}
@@ -233,8 +187,7 @@ func (x *Xero) link(ctx context.Context, cfg XeroConnectionConfig, auth string, 
 				got = c.ContactNumber
 			}
 			if isGUID(c.ContactID) && strings.EqualFold(strings.TrimSpace(got), l.value) {
-				return Result{Status: StatusCompleted, ExternalID: c.ContactID, StatusCode: a.status,
-					Document: &Document{ID: c.ContactID}, Action: SupplierLinked}, nil
+				return remembered(a.status, c.ContactID, "", SupplierLinked), nil
 			}
 		}
 	}

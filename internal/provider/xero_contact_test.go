@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"integration-outbox/internal/credential"
 )
 
 // Fixtures of the supplier tests.
@@ -243,56 +241,6 @@ func TestXeroSupplierFailuresAreClassifiedAsThePurchaseOrders(t *testing.T) {
 	_, err = x.PushSupplier(context.Background(), xeroConn(api, ""), accountingCred(), supplierCommand(testSupplier()))
 	if e := asError(t, err); e.Kind != Rejected || !e.AuthFailed || strings.Contains(e.Error(), testToken) {
 		t.Errorf("401 = %+v", e)
-	}
-}
-
-// TestXeroSupplierRefusedBeforeAnyCall: what Xero can never take is
-// refused permanently, naming the field, and CheckSupplier says the same
-// without calling.
-func TestXeroSupplierRefusedBeforeAnyCall(t *testing.T) {
-	t.Parallel()
-	api := newFakeAPI(t)
-	x := newTestXero(t)
-	with := func(f func(*Supplier)) SupplierPush {
-		s := testSupplier()
-		f(&s)
-		return supplierCommand(s)
-	}
-	tests := []struct {
-		name string
-		cred credential.Credential
-		cmd  SupplierPush
-		kind ErrorKind
-		says string
-	}{
-		{"long name", accountingCred(), with(func(s *Supplier) { s.Name = strings.Repeat("é", 256) }), PayloadInvalid,
-			"payload_json.name: 256 characters; Xero's contact Name takes at most 255"},
-		{"long code", accountingCred(), with(func(s *Supplier) { s.Code = strings.Repeat("9", 51) }), PayloadInvalid, "payload_json.code"},
-		{"long country", accountingCred(), with(func(s *Supplier) { s.Country = strings.Repeat("x", 51) }), PayloadInvalid, "payload_json.country"},
-		{"unknown currency", accountingCred(), with(func(s *Supplier) { s.CurrencyCode = "ZZZ" }), PayloadInvalid, `payload_json.currencyCode: "ZZZ"`},
-		{"five address lines", accountingCred(), with(func(s *Supplier) { s.AddressLines = []string{"1", "2", "3", "4", "5"} }), PayloadInvalid, "addressLines"},
-		{"no name", accountingCred(), with(func(s *Supplier) { s.Name = "" }), PayloadInvalid, "payload_json.name"},
-		{"document not a GUID", accountingCred(), func() SupplierPush {
-			c := supplierCommand(testSupplier())
-			c.Document = &Document{ID: "58"}
-			return c
-		}(), PayloadInvalid, "not a Xero ContactID"},
-		{"no token", credential.Credential{}, supplierCommand(testSupplier()), ConfigInvalid, "no access token"},
-	}
-	for _, tt := range tests {
-		_, err := x.PushSupplier(context.Background(), xeroConn(api, ""), tt.cred, tt.cmd)
-		if e := asError(t, err); e.Kind != tt.kind || !strings.Contains(e.Message, tt.says) {
-			t.Errorf("%s: %v, want %v saying %q", tt.name, err, tt.kind, tt.says)
-		}
-		if cerr := x.CheckSupplier(xeroConn(api, ""), tt.cred, tt.cmd); cerr == nil || cerr.Error() != err.Error() {
-			t.Errorf("%s: CheckSupplier = %v, want %v", tt.name, cerr, err)
-		}
-	}
-	if err := x.CheckSupplier(xeroConn(api, ""), accountingCred(), supplierCommand(testSupplier())); err != nil {
-		t.Errorf("CheckSupplier of a good push = %v", err)
-	}
-	if n := len(api.requests()); n != 0 {
-		t.Errorf("%d calls made, want none", n)
 	}
 }
 
