@@ -109,28 +109,37 @@ func (c *cli) list(ctx context.Context, args []string) error {
 	return nil
 }
 
-func (c *cli) show(ctx context.Context, args []string) error {
-	fs := c.flags("show")
-	org := fs.String("org", "", "the row's organization (required)")
+// oneRow parses the arguments of a command on one row of one organization
+// ("show ID -org ORG"): the id and the organization, lower-cased.
+func (c *cli) oneRow(name string, args []string) (id, org string, err error) {
+	fs := c.flags(name)
+	orgFlag := fs.String("org", "", "the row's organization (required)")
 	pos, err := parse(fs, args)
 	if err != nil {
-		return err
+		return "", "", err
 	}
 	if len(pos) != 1 {
-		return usagef("show takes one outbox id")
+		return "", "", usagef("%s takes one outbox id", name)
 	}
-	id := pos[0]
-	if err := errors.Join(checkUUID("outbox id", id, true), checkUUID("-org", *org, true)); err != nil {
-		return usagef("%s", err)
+	if err := errors.Join(checkUUID("outbox id", pos[0], true), checkUUID("-org", *orgFlag, true)); err != nil {
+		return "", "", usagef("%s", err)
+	}
+	return strings.ToLower(pos[0]), strings.ToLower(*orgFlag), nil
+}
+
+func (c *cli) show(ctx context.Context, args []string) error {
+	id, org, err := c.oneRow("show", args)
+	if err != nil {
+		return err
 	}
 	a, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	d, err := a.Report().Show(ctx, strings.ToLower(*org), strings.ToLower(id))
+	d, err := a.Report().Show(ctx, org, id)
 	if errors.Is(err, report.ErrNotFound) {
-		return fmt.Errorf("outbox row %s not found for organization %s", id, *org)
+		return fmt.Errorf("outbox row %s not found for organization %s", id, org)
 	}
 	if err != nil {
 		return err
@@ -143,31 +152,21 @@ func (c *cli) show(ctx context.Context, args []string) error {
 // request the push of the row would send now, or its refusal: no provider
 // call, no secret read, no write.
 func (c *cli) preview(ctx context.Context, args []string) error {
-	fs := c.flags("preview")
-	org := fs.String("org", "", "the row's organization (required)")
-	pos, err := parse(fs, args)
+	id, org, err := c.oneRow("preview", args)
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		return usagef("preview takes one outbox id")
-	}
-	id := pos[0]
-	if err := errors.Join(checkUUID("outbox id", id, true), checkUUID("-org", *org, true)); err != nil {
-		return usagef("%s", err)
 	}
 	a, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	resp, err := a.Inspector().Run(ctx, inspect.Request{OrganizationID: strings.ToLower(*org),
-		OutboxID: strings.ToLower(id), Preview: true})
+	resp, err := a.Inspector().Run(ctx, inspect.Request{OrganizationID: org, OutboxID: id, Preview: true})
 	if err != nil {
 		return err
 	}
 	if !resp.Found {
-		return fmt.Errorf("outbox row %s not found for organization %s", id, *org)
+		return fmt.Errorf("outbox row %s not found for organization %s", id, org)
 	}
 	out, err := json.MarshalIndent(resp.Preview, "", "  ")
 	if err != nil {
