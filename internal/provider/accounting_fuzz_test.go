@@ -47,11 +47,8 @@ func checkAnswer(t *testing.T, res Result, err error) {
 
 func FuzzXeroAnswer(f *testing.F) {
 	addFixtures(f, "xero", 200, 400, 401, 403, 429, 500)
-	for _, seed := range []string{``, `{`, `null`, `[]`, `{"PurchaseOrders":[]}`, `{"PurchaseOrders":[{"PurchaseOrderID":"` + testToken + `"}]}`,
-		`{"Elements":[{"ValidationErrors":[{"Message":"` + testToken + `"}]}]}`, `{"Type":7,"Message":{}}`} {
-		f.Add(200, []byte(seed))
-		f.Add(400, []byte(seed))
-	}
+	addSeeds(f, ``, `{`, `null`, `[]`, `{"PurchaseOrders":[]}`, `{"PurchaseOrders":[{"PurchaseOrderID":"`+testToken+`"}]}`,
+		`{"Elements":[{"ValidationErrors":[{"Message":"`+testToken+`"}]}]}`, `{"Type":7,"Message":{}}`)
 	x := NewXero(AccountingConfig{})
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		if status < 100 || status > 999 {
@@ -71,11 +68,8 @@ func FuzzXeroAnswer(f *testing.F) {
 // or an *Error; a duplicate name is always an error too.
 func FuzzXeroContactAnswer(f *testing.F) {
 	addFixtures(f, "xero", 200, 400, 429)
-	for _, seed := range []string{``, `{"Contacts":[]}`, `{"Contacts":[{"ContactID":"` + testToken + `"}]}`,
-		`{"Contacts":[{"HasValidationErrors":true}]}`, `{"Elements":[{"ValidationErrors":[{"Message":"is ALREADY ASSIGNED TO ANOTHER CONTACT"}]}]}`} {
-		f.Add(200, []byte(seed))
-		f.Add(400, []byte(seed))
-	}
+	addSeeds(f, ``, `{"Contacts":[]}`, `{"Contacts":[{"ContactID":"`+testToken+`"}]}`,
+		`{"Contacts":[{"HasValidationErrors":true}]}`, `{"Elements":[{"ValidationErrors":[{"Message":"is ALREADY ASSIGNED TO ANOTHER CONTACT"}]}]}`)
 	x := NewXero(AccountingConfig{})
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		if status < 100 || status > 999 {
@@ -91,11 +85,8 @@ func FuzzXeroContactAnswer(f *testing.F) {
 
 func FuzzQuickBooksAnswer(f *testing.F) {
 	addFixtures(f, "quickbooks", 200, 400, 401, 403, 429, 500)
-	for _, seed := range []string{``, `{`, `null`, `{"PurchaseOrder":null}`, `{"PurchaseOrder":{"Id":""}}`,
-		`{"Fault":{}}`, `{"fault":{"error":[{"code":5010}]}}`, `{"Fault":{"type":"` + testToken + `","Error":[{"Detail":"` + testToken + `"}]}}`} {
-		f.Add(200, []byte(seed))
-		f.Add(400, []byte(seed))
-	}
+	addSeeds(f, ``, `{`, `null`, `{"PurchaseOrder":null}`, `{"PurchaseOrder":{"Id":""}}`,
+		`{"Fault":{}}`, `{"fault":{"error":[{"code":5010}]}}`, `{"Fault":{"type":"`+testToken+`","Error":[{"Detail":"`+testToken+`"}]}}`)
 	q := NewQuickBooks(AccountingConfig{})
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		if status < 100 || status > 999 {
@@ -160,4 +151,12 @@ func FuzzItemMappings(f *testing.F) {
 			t.Fatalf("body %q", body)
 		}
 	})
+}
+
+// addSeeds adds each body as a 200 and a 400 answer.
+func addSeeds(f *testing.F, bodies ...string) {
+	for _, b := range bodies {
+		f.Add(200, []byte(b))
+		f.Add(400, []byte(b))
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -448,3 +449,40 @@ func TestAccountingProvidersAreLimited(t *testing.T) {
 		}
 	}
 }
+
+// answerCase is an answer a provider documents and how the provider must
+// classify it.
+type answerCase struct {
+	name       string
+	reply      reply
+	kind       ErrorKind
+	auth       bool
+	reauth     bool
+	pause      bool
+	daily      bool
+	retryAfter time.Duration
+	says       []string
+}
+
+// classified fails the test unless e is classified as tc says, says what
+// it must, and holds no token.
+func (tc answerCase) classified(t *testing.T, e *Error) {
+	t.Helper()
+	if e.Kind != tc.kind || e.AuthFailed != tc.auth || e.NeedsReauthorization != tc.reauth || e.PauseConnection != tc.pause ||
+		e.DailyLimit != tc.daily || e.RetryAfter != tc.retryAfter || e.StatusCode != tc.reply.status {
+		t.Errorf("error = %+v", e)
+	}
+	for _, s := range tc.says {
+		if !strings.Contains(e.Error(), s) {
+			t.Errorf("error %q does not say %q", e.Error(), s)
+		}
+	}
+	if strings.Contains(e.Error(), testToken) {
+		t.Errorf("error %q holds the token", e.Error())
+	}
+}
+
+// testAccountingConfig lets a provider call the in-process fake API, its
+// clock at testNow.
+var testAccountingConfig = AccountingConfig{AllowPrivateNetworks: true, Timeout: 2 * time.Second,
+	Clock: func() time.Time { return testNow }}

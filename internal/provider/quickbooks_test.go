@@ -11,7 +11,7 @@ import (
 
 func newTestQuickBooks(t *testing.T) *QuickBooks {
 	t.Helper()
-	q := NewQuickBooks(AccountingConfig{AllowPrivateNetworks: true, Timeout: 2 * time.Second, Clock: func() time.Time { return testNow }})
+	q := NewQuickBooks(testAccountingConfig)
 	t.Cleanup(q.CloseIdleConnections)
 	return q
 }
@@ -161,16 +161,7 @@ func TestQuickBooksStaleSyncTokenIsReadOnceAndRetried(t *testing.T) {
 // message, never the token.
 func TestQuickBooksAnswers(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name       string
-		reply      reply
-		kind       ErrorKind
-		auth       bool
-		reauth     bool
-		pause      bool
-		retryAfter time.Duration
-		says       []string
-	}{
+	tests := []answerCase{
 		{name: "validation fault", reply: reply{status: 400, file: "quickbooks/validation_400.json"}, kind: Rejected,
 			says: []string{"quickbooks answered 400", "ValidationFault", "2500 Invalid Reference Id", "restore Vendor 99"}},
 		{name: "fault in a 200", reply: reply{status: 200, file: "quickbooks/fault_200.json"}, kind: Rejected,
@@ -210,18 +201,7 @@ func TestQuickBooksAnswers(t *testing.T) {
 				return
 			}
 			e := asError(t, errs[0])
-			if e.Kind != tt.kind || e.AuthFailed != tt.auth || e.NeedsReauthorization != tt.reauth || e.PauseConnection != tt.pause ||
-				e.RetryAfter != tt.retryAfter || e.StatusCode != tt.reply.status {
-				t.Errorf("error = %+v", e)
-			}
-			for _, s := range tt.says {
-				if !strings.Contains(e.Error(), s) {
-					t.Errorf("error %q does not say %q", e.Error(), s)
-				}
-			}
-			if strings.Contains(e.Error(), testToken) {
-				t.Errorf("error %q holds the token", e.Error())
-			}
+			tt.classified(t, e)
 		})
 	}
 }

@@ -15,7 +15,7 @@ import (
 // newTestXero is a Xero provider allowed to call the in-process fake API.
 func newTestXero(t *testing.T) *Xero {
 	t.Helper()
-	x := NewXero(AccountingConfig{AllowPrivateNetworks: true, Timeout: 2 * time.Second, Clock: func() time.Time { return testNow }})
+	x := NewXero(testAccountingConfig)
 	t.Cleanup(x.CloseIdleConnections)
 	return x
 }
@@ -110,17 +110,7 @@ func TestXeroCreatesThenUpdatesThePurchaseOrder(t *testing.T) {
 // quotes Xero's own message and never the token.
 func TestXeroAnswers(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name       string
-		reply      reply
-		kind       ErrorKind
-		auth       bool
-		reauth     bool
-		pause      bool
-		daily      bool
-		retryAfter time.Duration
-		says       []string
-	}{
+	tests := []answerCase{
 		{name: "validation exception", reply: reply{status: 400, file: "xero/validation_400.json"}, kind: Rejected,
 			says: []string{"xero answered 400", "ValidationException", "Account code '999' is not a valid code", "The Contact could not be found"}},
 		{name: "validation error in a 200", reply: reply{status: 200, file: "xero/validation_200.json"}, kind: Rejected,
@@ -159,18 +149,7 @@ func TestXeroAnswers(t *testing.T) {
 				_, err := x.PushPurchaseOrder(context.Background(), xeroConn(api, ""), accountingCred(), cmd)
 				e = asError(t, err)
 			}
-			if e.Kind != tt.kind || e.AuthFailed != tt.auth || e.NeedsReauthorization != tt.reauth || e.PauseConnection != tt.pause ||
-				e.DailyLimit != tt.daily || e.RetryAfter != tt.retryAfter || e.StatusCode != tt.reply.status {
-				t.Errorf("error = %+v", e)
-			}
-			for _, s := range tt.says {
-				if !strings.Contains(e.Error(), s) {
-					t.Errorf("error %q does not say %q", e.Error(), s)
-				}
-			}
-			if strings.Contains(e.Error(), testToken) {
-				t.Errorf("error %q holds the token", e.Error())
-			}
+			tt.classified(t, e)
 			got := api.requests()
 			if k := got[0].header.Get("Idempotency-Key"); len(k) > 128 || k != got[1].header.Get("Idempotency-Key") || k != XeroIdempotencyKey(cmd.IdempotencyKey) {
 				t.Errorf("Idempotency-Keys %q, %q", k, got[1].header.Get("Idempotency-Key"))
