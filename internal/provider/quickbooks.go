@@ -292,8 +292,6 @@ func (cfg QuickBooksConnectionConfig) url(rest string, q url.Values) *url.URL {
 	return &u
 }
 
-func (q qboLedger) header(auth string) http.Header { return q.c.header(auth) }
-
 // post sends an entity (create or sparse update) and interprets the
 // answer; the decoded answer lets the caller look at its fault codes.
 func (q qboLedger) post(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, entity qboEntity, requestID string,
@@ -319,7 +317,7 @@ func (q qboLedger) post(ctx context.Context, cfg QuickBooksConnectionConfig, aut
 // syncToken reads the current SyncToken of entity id.
 func (q qboLedger) syncToken(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, entity qboEntity, id string,
 	cred credential.Credential) (string, error) {
-	a, err := q.c.do(ctx, http.MethodGet, cfg.url(entity.path+"/"+url.PathEscape(id), url.Values{}), "apiBaseUrl", q.header(auth), nil, cred)
+	a, err := q.c.do(ctx, http.MethodGet, cfg.url(entity.path+"/"+url.PathEscape(id), url.Values{}), "apiBaseUrl", q.c.header(auth), nil, cred)
 	if err != nil {
 		return "", err
 	}

@@ -140,7 +140,7 @@ func errorStatus(err error) int {
 func (q qboLedger) link(ctx context.Context, p prepared[QuickBooksConnectionConfig], s Supplier, cred credential.Credential) (Result, error) {
 	cfg, auth := p.cfg, p.auth
 	query := "select * from Vendor where DisplayName = " + quickBooksQuote(s.Name)
-	a, err := q.c.do(ctx, http.MethodGet, cfg.url("query", url.Values{"query": {query}}), "apiBaseUrl", q.header(auth), nil, cred)
+	a, err := q.c.do(ctx, http.MethodGet, cfg.url("query", url.Values{"query": {query}}), "apiBaseUrl", q.c.header(auth), nil, cred)
 	if err != nil {
 		return Result{}, err
 	}

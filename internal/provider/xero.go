@@ -190,7 +190,7 @@ func (x xeroLedger) sendOrder(ctx context.Context, p prepared[XeroConnectionConf
 		q.Set("summarizeErrors", "false")
 	}
 	target.RawQuery = q.Encode()
-	a, err := x.c.do(ctx, http.MethodPost, &target, "apiBaseUrl", x.write(p, cmd.IdempotencyKey), p.body, cred)
+	a, err := x.c.do(ctx, http.MethodPost, &target, "apiBaseUrl", x.writeHeader(p, cmd.IdempotencyKey), p.body, cred)
 	if err != nil {
 		return Result{}, err
 	}
@@ -204,9 +204,9 @@ func (x xeroLedger) header(cfg XeroConnectionConfig, auth string) http.Header {
 	return h
 }
 
-// write returns the headers of a create or update: the tenant's, the JSON
+// writeHeader returns the headers of a create or update: the tenant's, the JSON
 // body's and the Idempotency-Key of our key.
-func (x xeroLedger) write(p prepared[XeroConnectionConfig], key string) http.Header {
+func (x xeroLedger) writeHeader(p prepared[XeroConnectionConfig], key string) http.Header {
 	h := x.header(p.cfg, p.auth)
 	h.Set("Content-Type", "application/json")
 	h.Set("Idempotency-Key", XeroIdempotencyKey(key))

@@ -96,7 +96,7 @@ func (x xeroLedger) sendSupplier(ctx context.Context, p prepared[XeroConnectionC
 	target := *p.cfg.APIBaseURL
 	target.Path += "/Contacts"
 	target.RawQuery = url.Values{"summarizeErrors": {"false"}}.Encode()
-	a, err := x.c.do(ctx, http.MethodPost, &target, "apiBaseUrl", x.write(p, cmd.IdempotencyKey), p.body, cred)
+	a, err := x.c.do(ctx, http.MethodPost, &target, "apiBaseUrl", x.writeHeader(p, cmd.IdempotencyKey), p.body, cred)
 	if err != nil {
 		return supplierWrite{err: err}
 	}

@@ -150,10 +150,6 @@ func (w *Worker) Preview(ctx context.Context, job outbox.Job) (Preview, error) {
 	if ended != nil {
 		return previewEnded(pv, *ended), nil
 	}
-	if reason := job.Connection.Unauthorized; reason != "" {
-		pv.Held = &PreviewHeld{Message: "the connection needs reauthorization, no call is made until it is reconnected: " + reason}
-		return pv, nil
-	}
 	cred := previewCredential(job.Connection)
 	if ld.Check != nil {
 		if err := ld.Check(p, pconn, cred); err != nil {

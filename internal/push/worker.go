@@ -491,8 +491,8 @@ func (l jobLogger) logAttrs(ctx context.Context, level slog.Level, msg string, a
 
 // ready checks what a job needs before its credential and any call: the
 // command's type, the connection, a provider that takes the command, the
-// command's entity loaded, no refusal or wait, a key that can be sent and
-// a request. It returns the provider and the job's connection as the
+// command's entity loaded, no refusal or wait, a key that can be sent, a
+// request, and a connection that needs no reauthorization. It returns the provider and the job's connection as the
 // provider sees it, or the outcome that ends the job without a call.
 func (w *Worker) ready(job outbox.Job, ld loaded) (provider.Provider, provider.Connection, *outbox.Outcome) {
 	end := func(o outbox.Outcome) (provider.Provider, provider.Connection, *outbox.Outcome) {
@@ -533,6 +533,10 @@ func (w *Worker) ready(job outbox.Job, ld loaded) (provider.Provider, provider.C
 	if ld.Send == nil {
 		return end(permanent(job, outbox.ConflictPayloadInvalid, fmt.Sprintf("command %s gave no request to send", job.CommandType)))
 	}
+	if conn.Unauthorized != "" {
+		// Marked after this job was claimed: no call, no token call.
+		return end(heldForReauthorization(&pace.Unauthorized{Reason: conn.Unauthorized}))
+	}
 	return p, provider.Connection{ID: conn.ID, OrganizationID: job.OrganizationID, LocationID: conn.LocationID,
 		Provider: conn.Provider, Config: conn.Config}, nil
 }
@@ -571,10 +575,6 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 			o = w.retryable(job, err.Error(), 0)
 		}
 		return &o
-	}
-	if conn.Unauthorized != "" {
-		// Marked after this job was claimed: no call, no token call.
-		return heldForReauthorization(&pace.Unauthorized{Reason: conn.Unauthorized}), nil
 	}
 	for refreshed := false; ; refreshed = true {
 		if o := resolve(); o != nil {

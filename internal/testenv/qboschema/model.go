@@ -171,7 +171,7 @@ func (m *Model) Validate(root string, body []byte) error {
 }
 
 // fields are a complex type's elements and attributes, its bases' first.
-func (m *Model) fields(name string) (elems []Element, attrs []Attribute, t *Type, open bool) {
+func (m *Model) fields(name string) (elems []Element, attrs []Attribute, open bool) {
 	var chain []*Type
 	for n := name; n != "" && !Builtin(n); {
 		tt := m.Types[n]
@@ -186,10 +186,7 @@ func (m *Model) fields(name string) (elems []Element, attrs []Attribute, t *Type
 		attrs = append(attrs, chain[i].Attributes...)
 		open = open || chain[i].Open
 	}
-	if len(chain) > 0 {
-		t = chain[0]
-	}
-	return elems, attrs, t, open
+	return elems, attrs, open
 }
 
 // isComplex reports whether name is a complex type (elements, attributes
@@ -221,7 +218,8 @@ func (m *Model) check(path, typ string, v any, vs *[]Violation) {
 		bad("a %s is a JSON object, got %s", typ, jsonKind(v))
 		return
 	}
-	elems, attrs, t, open := m.fields(typ)
+	elems, attrs, open := m.fields(typ)
+	value := m.simpleContent(typ) // the simple type of "value", if any
 	keys := make([]string, 0, len(obj))
 	for k := range obj {
 		keys = append(keys, k)
@@ -254,8 +252,8 @@ func (m *Model) check(path, typ string, v any, vs *[]Violation) {
 			m.checkSimple(at, attrs[i].Type, val, vs)
 			continue
 		}
-		if k == "value" && t != nil && m.simpleContent(typ) != "" {
-			m.checkSimple(at, m.simpleContent(typ), val, vs)
+		if k == "value" && value != "" {
+			m.checkSimple(at, value, val, vs)
 			continue
 		}
 		if !open {
