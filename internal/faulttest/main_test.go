@@ -296,7 +296,10 @@ func rows(t *testing.T, db outbox.DB) map[string]row {
 		)
 		select o.id::text, o.organization_id::text, o.status, coalesce(o.idempotency_key, ''), o.attempt_count,
 			coalesce(o.last_error, ''), coalesce(o.provider_status, ''), coalesce(o.provider_reference, ''),
-			o.lease_expires_at is not null, o.started_at is not null,
+			o.lease_expires_at is not null,
+			-- Started: in flight (its claim's start) or recorded.
+			o.started_at is not null or exists (select 1 from integration_outbox_starts s
+				where s.claim_token = o.claim_token and s.started_at is not null),
 			coalesce(o.next_attempt_at <= now(), false), extract(epoch from o.next_attempt_at - now())::float8,
 			coalesce(c.open, 0), coalesce(c.conflict_type, '')
 		from external_integration_outbox o left join c on c.outbox_id = o.id`)

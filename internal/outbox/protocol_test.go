@@ -48,19 +48,22 @@ import (
 
 // legacyStartSQL is the start statement that came before the lease check,
 // its loading of the job's connection and entity left out (the property
-// counts started rows only): it neither checked nor extended the lease.
+// counts started rows only): it neither checked nor extended the lease. It
+// consumes the claim in integration_outbox_starts, as the record requires.
 const legacyStartSQL = `
 with req as (
     select * from unnest($1::text[]::uuid[], $2::text[]::uuid[], $3::text[]::uuid[], $4::text[]::uuid[]) as r(id, organization_id, claim_token, connection_id)
 )
-update external_integration_outbox o
-set started_at = now(), updated_at = now()
+insert into integration_outbox_starts (claim_token, outbox_id, organization_id, started_at)
+select o.claim_token, o.id, o.organization_id, now()
 from req
-where o.id = req.id and o.organization_id = req.organization_id
-  and o.integration_connection_id is not distinct from req.connection_id
-  and o.claim_token = req.claim_token
-  and o.status = 'processing' and o.started_at is null
-returning o.id`
+join external_integration_outbox o
+    on o.id = req.id and o.organization_id = req.organization_id
+   and o.integration_connection_id is not distinct from req.connection_id
+   and o.claim_token = req.claim_token
+where o.status = 'processing'
+on conflict (claim_token) do nothing
+returning outbox_id`
 
 const (
 	propMaxAttempts = 3
@@ -445,8 +448,10 @@ func (p *protocol) deadLetter(rt *rapid.T) {
 		ConnectionID: m.claim.ConnectionID, ClaimToken: m.claim.ClaimToken}
 	var status, token string
 	var unstarted, answered bool
-	if err := p.pool.QueryRow(ctx, `select status, coalesce(claim_token::text, ''), started_at is null, provider_status is not null
-		from external_integration_outbox where id = $1`, m.claim.ID).Scan(&status, &token, &unstarted, &answered); err != nil {
+	if err := p.pool.QueryRow(ctx, `select status, coalesce(claim_token::text, ''),
+			not exists (select 1 from integration_outbox_starts s where s.claim_token = o.claim_token and s.started_at is not null),
+			provider_status is not null
+		from external_integration_outbox o where id = $1`, m.claim.ID).Scan(&status, &token, &unstarted, &answered); err != nil {
 		rt.Fatal(err)
 	}
 	released, err := p.store.ReleaseDeadLettered(ctx, []outbox.DeadLetteredMessage{msg}, propMaxAttempts)

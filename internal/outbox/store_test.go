@@ -221,6 +221,75 @@ func TestStartConsumesTheClaimOnceAndLoadsScopedData(t *testing.T) {
 	}
 }
 
+// A start and a release of one claim (the dispatcher gives back a claim
+// whose message may have been sent anyway) cannot both win, whichever comes
+// first and even while the first is uncommitted: the loser waits for the
+// winner's token in integration_outbox_starts and does nothing. A start
+// that won keeps its row in flight; a release that won leaves no start, and
+// its own claim given back is one the dispatch run's housekeeping deletes.
+func TestAStartAndAReleaseOfOneClaimCannotBothWin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, first := range []string{"start", "release"} {
+		t.Run(first+" first", func(t *testing.T) {
+			b := setup(t)
+			id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+			claims, err := b.store.Claim(ctx, params(1))
+			if err != nil || len(claims) != 1 {
+				t.Fatal(claims, err)
+			}
+			c := claims[0]
+			req := []outbox.StartRequest{{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: c.ClaimToken}}
+			start := func(s *outbox.Store) (int, error) {
+				jobs, err := s.Start(ctx, req)
+				return len(jobs), err
+			}
+			release := func(s *outbox.Store) (int, error) { return s.Release(ctx, claims) }
+			winner, loser := start, release
+			if first == "release" {
+				winner, loser = release, start
+			}
+			tx, err := b.f.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if n, err := winner(outbox.NewStore(tx)); err != nil || n != 1 {
+				t.Fatalf("%s first = %d, %v; want 1", first, n, err)
+			}
+			// The loser runs while the winner's transaction is open: it must
+			// wait for it, then find the claim consumed.
+			type result struct {
+				n   int
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				n, err := loser(b.store)
+				done <- result{n, err}
+			}()
+			select {
+			case r := <-done:
+				t.Fatalf("the second went through the uncommitted first: %d, %v", r.n, r.err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if r := <-done; r.err != nil || r.n != 0 {
+				t.Fatalf("second after the first committed = %d, %v; want 0", r.n, r.err)
+			}
+			r := b.f.Row(t, id)
+			if first == "start" && r.Status != "processing" {
+				t.Errorf("started row released: %+v", r)
+			}
+			if first == "release" && r.Status != "queued" {
+				t.Errorf("released row is %s", r.Status)
+			}
+		})
+	}
+}
+
 func TestStartNeverLoadsAnotherTenantsConnection(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

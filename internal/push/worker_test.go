@@ -360,6 +360,44 @@ func TestDuplicateDeliveriesCallTheProviderOnce(t *testing.T) {
 	}
 }
 
+// A delivered command writes three versions of its outbox row: the host's
+// insert, the claim and the record. Starting it writes none, duplicate
+// deliveries included: the start is a row of integration_outbox_starts,
+// which the record deletes. A trigger of this test's database counts every
+// version written.
+func TestADeliveredCommandWritesThreeVersionsOfItsRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.f.Pool.Exec(ctx, `
+		create table row_versions (id uuid, op text);
+		create function count_row_version() returns trigger language plpgsql as $$
+		begin insert into row_versions values (new.id, tg_op); return new; end $$;
+		create trigger count_row_version after insert or update on external_integration_outbox
+			for each row execute function count_row_version()`); err != nil {
+		t.Fatal(err)
+	}
+	rc := newReceiver(t, answer(200, nil, `{"id":"once"}`))
+	id := b.webhookCommand(t, rc.URL, "")
+	ev := b.claim(t, 10)
+	twice := events.SQSEvent{Records: append(ev.Records, ev.Records...)}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { b.handle(t, twice) })
+	}
+	wg.Wait()
+	b.handle(t, ev) // a late duplicate
+	if r := b.f.Row(t, id); r.Status != "completed" || r.StartedAt == nil || rc.Calls() != 1 {
+		t.Fatalf("row %s started %v after %d calls; want completed, started, one call", r.Status, r.StartedAt, rc.Calls())
+	}
+	if n := b.f.Count(t, `select count(*) from row_versions where id = $1`, id); n != 3 {
+		t.Errorf("%d versions of the row written, want 3 (insert, claim, record)", n)
+	}
+	if n := b.f.Count(t, `select count(*) from integration_outbox_starts`); n != 0 {
+		t.Errorf("%d starts left after the record, want 0", n)
+	}
+}
+
 func TestCredentialOutsidePrefixOrOfAnotherTenantIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -7,7 +7,10 @@
 -- id list (the same scope as the claim). Each row ended writes one Command
 -- Dead-Lettered event (@events_on). The queued and failed rows of a disabled
 -- or unauthorized connection are left alone: they are held, not exhausted.
--- The rows waiting for a row it ends are due at once.
+-- The rows waiting for a row it ends are due at once. It also deletes the
+-- starts (integration_outbox_starts) that no record will delete: those of
+-- claims their row no longer holds (a push that crashed before its record,
+-- a claim given back), ten minutes after they were written.
 
 with exhausted as (
     select o.id from external_integration_outbox o
@@ -80,5 +83,11 @@ with exhausted as (
     from exhausted_rows e
 ), command_events as (
 /*fragment:command_event*/ select 1 /*end:command_event*/
+), forgotten as (
+    delete from integration_outbox_starts st
+    where st.created_at < now() - interval '10 minutes'
+      and (@organization_id::uuid is null or st.organization_id = @organization_id)
+      and not exists (select 1 from external_integration_outbox o
+                      where o.id = st.outbox_id and o.claim_token = st.claim_token and o.status = 'processing')
 )
 select count(*) from expired

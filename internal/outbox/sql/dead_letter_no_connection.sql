@@ -17,6 +17,8 @@ with ended as (
     where o.id = r.id and o.organization_id = r.organization_id
       and o.integration_connection_id is null
       and o.claim_token = r.claim_token and o.status = 'processing' and o.started_at is null
+      -- No message was sent for these claims; none is started.
+      and not exists (select 1 from integration_outbox_starts st where st.claim_token = r.claim_token)
     returning o.*
 ), conflicts as (
     insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,

@@ -1,4 +1,7 @@
--- Records the results of started jobs, fenced by their claim token, opens one
+-- Records the results of started jobs, fenced by their claim token and its
+-- start (integration_outbox_starts, which the record deletes: a repeat of
+-- the same record matches nothing; the row's started_at keeps when it
+-- started), opens one
 -- conflict per row that reached dead_letter, and appends one attempt-history
 -- row per recorded result (a stale token records neither): the history costs
 -- no statement of its own. Its circuit CTEs feed the connections' circuit
@@ -45,16 +48,20 @@ with res as (
         waiting_for_outbox_id = res.waiting_for,
         completed_at = case when res.status in ('completed', 'unsupported') then now() else o.completed_at end,
         lease_expires_at = null,
+        started_at = st.started_at,
         updated_at = now()
     from res
+    -- Only a started claim records (start.sql).
+    join integration_outbox_starts st
+        on st.claim_token = res.claim_token and st.outbox_id = res.id and st.started_at is not null
     where o.id = res.id and o.organization_id = res.organization_id
       and o.integration_connection_id is not distinct from res.connection_id
       and o.claim_token = res.claim_token
-      and o.status = 'processing' and o.started_at is not null
+      and o.status = 'processing'
       -- Recording ends the lease: a repeat of the same record (its commit
       -- acknowledgement lost) matches nothing and writes no second attempt.
       and o.lease_expires_at is not null
-    returning o.id, o.organization_id, o.integration_connection_id, o.command_type,
+    returning o.id, o.organization_id, o.integration_connection_id, o.command_type, o.claim_token,
         o.local_entity_type, o.local_entity_id, o.idempotency_key, o.status, o.last_error,
         o.attempt_count + case when res.uncharged then 1 else 0 end as attempt_count, o.started_at,
         res.conflict_type, res.conflict_summary, res.location_id, res.provider_reference, res.provider_status,
@@ -72,6 +79,11 @@ with res as (
     from updated u
     where u.status = 'dead_letter' and not coalesce(u.no_conflict, false)
     on conflict (outbox_id) where status = 'open' and outbox_id is not null do nothing
+), finished as (
+    -- The recorded claims are no longer in flight.
+    delete from integration_outbox_starts st
+    using updated u
+    where st.claim_token = u.claim_token
 ), attempts as (
     insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, finished_at,
         outcome, provider_called, http_status, error_excerpt, provider_reference, provider_status)

@@ -9,9 +9,10 @@
 -- A row is released only while it is still the claim of that message: status
 -- processing, the same claim token, organization and connection, no provider
 -- answer recorded (an accepted row awaits its follow-up), and either not
--- started or started with its lease over (start extends the lease to the end
--- of the push, so a push still running is never released under it: that would
--- let the next claim call the provider concurrently). A stale or repeated
+-- started (no start of its token in integration_outbox_starts) or started
+-- with its lease over (a started job's lease lasts to the end of the push,
+-- so a push still running is never released under it: that would let the
+-- next claim call the provider concurrently). A stale or repeated
 -- message matches nothing.
 --
 -- The release keeps the attempt the claim counted and drops the claim: a row
@@ -38,13 +39,16 @@ with req as (
         next_attempt_at = case when o.attempt_count >= @max_attempts then null else now() end,
         updated_at = now()
     from req
+    left join integration_outbox_starts st
+        on st.claim_token = req.claim_token and st.outbox_id = req.id and st.started_at is not null
     where o.id = req.id and o.organization_id = req.organization_id
       and o.integration_connection_id is not distinct from req.connection_id
       and o.claim_token = req.claim_token
       and o.status = 'processing' and o.provider_status is null
-      and (o.started_at is null or o.lease_expires_at < now())
+      and (coalesce(st.started_at, o.started_at) is null or o.lease_expires_at < now())
     returning o.id, o.organization_id, o.integration_connection_id, o.command_type, o.local_entity_type,
-        o.local_entity_id, o.idempotency_key, o.status, o.last_error, o.attempt_count, o.claimed_at, o.started_at
+        o.local_entity_id, o.idempotency_key, o.status, o.last_error, o.attempt_count, o.claimed_at,
+        coalesce(st.started_at, o.started_at) as started_at
 ), exhausted_rows as (
     select * from released where status = 'dead_letter'
 ), conflicts as (
