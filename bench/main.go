@@ -52,7 +52,7 @@ type options struct {
 }
 
 // aloneMeasurements are the measurements -only runs.
-var aloneMeasurements = []string{"install", "fair", "wal", "churn", "claim", "batch", "followers", "commandtypes", "tokens", "throughput"}
+var aloneMeasurements = []string{"install", "fair", "wal", "churn", "claim", "batch", "followers", "commandtypes", "tokens", "throughput", "cold"}
 
 func main() {
 	var (
@@ -83,12 +83,12 @@ func main() {
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
 	flag.IntVar(&o.churnFill, "churn-fillfactor", 0, "also run ours with the outbox's fillfactor set to this (a lever; 0: not run)")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "commandtypes" (the fair claim with push_supplier rows due beside the orders), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet), "batch" (our pipeline at push batches of 10 and 100) or "throughput" (measurement 5: ours against River's no-op and purchase-order load workers); the table goes to stdout, and to -out only when given`)
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "commandtypes" (the fair claim with push_supplier rows due beside the orders), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet), "batch" (our pipeline at push batches of 10 and 100), "cold" (bootstrap sizes and cold starts under the emulator) or "throughput" (measurement 5: ours against River's no-op and purchase-order load workers); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
 	if o.only != "" && !slices.Contains(aloneMeasurements, o.only) {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers", "commandtypes", "tokens", "batch" and "throughput" are the measurements that run alone`)
+		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers", "commandtypes", "tokens", "batch", "cold" and "throughput" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -187,7 +187,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	// measurement for the two cores.
 	arts := &artifacts{}
 	switch o.only {
-	case "":
+	case "", "cold":
 		log.Info("building bootstraps, the River harness and the emulator")
 		if arts, err = buildArtifacts(ctx, log, repo, work); err != nil {
 			return err
@@ -309,6 +309,17 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	if o.only == "throughput" {
 		throughput()
 	}
+	cold := func() {
+		step("cold start", func() (err error) {
+			r.Cold, err = measureColdStarts(ctx, log, env, arts, o.coldStarts)
+			return
+		})
+		r.Sizes = arts.sizes
+		r.Memory = templateMemory(repo)
+	}
+	if o.only == "cold" {
+		cold()
+	}
 	if o.only != "" {
 		return finish(ctx, log, r, o, began, failed)
 	}
@@ -332,12 +343,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	step("secret calls, cache on", func() (err error) { r.CacheOn, err = measurePipeline(ctx, env, cacheOn); return })
 	step("secret calls, cache off", func() (err error) { r.CacheOff, err = measurePipeline(ctx, env, cacheOff); return })
 	throughput()
-	step("cold start", func() (err error) {
-		r.Cold, err = measureColdStarts(ctx, log, env, arts, o.coldStarts)
-		return
-	})
-	r.Sizes = arts.sizes
-	r.Memory = templateMemory(repo)
+	cold()
 	return finish(ctx, log, r, o, began, failed)
 }
 

@@ -390,12 +390,12 @@ func (s *countingStore) expired() int {
 	return s.reclaimed + s.deadLetter
 }
 
-func (s *countingStore) DeadLetterExpired(ctx context.Context, p outbox.ClaimParams) (int, error) {
-	n, err := s.Store.DeadLetterExpired(ctx, p)
+func (s *countingStore) Sweep(ctx context.Context, p outbox.ClaimParams) (outbox.Sweep, error) {
+	sw, err := s.Store.Sweep(ctx, p)
 	s.mu.Lock()
-	s.deadLetter += n
+	s.deadLetter += sw.DeadLettered
 	s.mu.Unlock()
-	return n, err
+	return sw, err
 }
 
 func (s *countingStore) ClaimBatch(ctx context.Context, p outbox.ClaimParams) (outbox.Batch, error) {

@@ -33,7 +33,7 @@ import (
 
 // Store is what the dispatcher needs of the outbox.
 type Store interface {
-	DeadLetterExpired(ctx context.Context, p outbox.ClaimParams) (int, error)
+	Sweep(ctx context.Context, p outbox.ClaimParams) (outbox.Sweep, error)
 	ClaimBatch(ctx context.Context, p outbox.ClaimParams) (outbox.Batch, error)
 	Release(ctx context.Context, claims []outbox.Claim) (int, error)
 	Hold(ctx context.Context, claims []outbox.Claim, reason string, delay time.Duration) (int, error)
@@ -212,11 +212,18 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (s Summary, err error
 			log.InfoContext(ctx, "connections whose daily limit reset resume", "count", n)
 		}
 	}
-	if n, err := d.store.DeadLetterExpired(ctx, scope); err != nil {
+	sweep, err := d.store.Sweep(ctx, scope)
+	if err != nil {
 		return s, err
-	} else if n > 0 {
-		run.deadLettered = n
-		log.WarnContext(ctx, "expired leases with no attempts left moved to dead_letter", "count", n)
+	}
+	if sweep.DeadLettered > 0 {
+		run.deadLettered = sweep.DeadLettered
+		log.WarnContext(ctx, "expired leases with no attempts left moved to dead_letter", "count", sweep.DeadLettered)
+	}
+	if !sweep.Claimable {
+		log.DebugContext(ctx, "nothing queued, failed or in flight: no claim")
+		logSummary(ctx, log, s, run, nil)
+		return s, nil
 	}
 	limit := cmp.Or(req.Limit, d.cfg.MaxPerRun)
 	if req.IDs != nil {

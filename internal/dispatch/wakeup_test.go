@@ -210,3 +210,39 @@ func claimsOf(ss []dispatch.Summary) []int {
 	}
 	return out
 }
+
+// A run that finds no row queued, failed or in flight sends its sweep and
+// nothing else: the claim, the costliest statement to plan on a new
+// connection (a cold start), is skipped. A wake-up of an organization with
+// nothing to do skips it too while another organization's rows wait; once
+// a row is queued the claim runs and takes it.
+func TestAnIdleRunSendsOnlyItsSweep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	d, counter := b.countingDispatcher(t, 5, 50)
+	if s, err := d.Handle(context.Background(), json.RawMessage(`{}`)); err != nil || s != (dispatch.Summary{}) {
+		t.Fatalf("idle run = %+v, %v", s, err)
+	}
+	if n := counter.n.Load(); n != 1 {
+		t.Errorf("an idle run sent %d statements, want 1 (the sweep)", n)
+	}
+	other := b.f.NewID(t)
+	b.f.Command(t, testenv.CommandOpts{OrganizationID: other,
+		ConnectionID: b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: other}), EntityID: b.po})
+	counter.n.Store(0)
+	if s, err := d.Handle(context.Background(), wakeEvent(b.org)); err != nil || s != (dispatch.Summary{}) {
+		t.Fatalf("wake-up of an idle organization = %+v, %v", s, err)
+	}
+	if n := counter.n.Load(); n != 1 {
+		t.Errorf("the wake-up of an idle organization sent %d statements, want 1", n)
+	}
+	ids := b.commands(t, 1, testenv.CommandOpts{})
+	counter.n.Store(0)
+	s, err := d.Handle(context.Background(), wakeEvent(b.org))
+	if err != nil || s.Claimed != 1 || s.Dispatched != 1 {
+		t.Fatalf("run with %v queued = %+v, %v", ids, s, err)
+	}
+	if n := counter.n.Load(); n < 3 {
+		t.Errorf("a run that claims sent %d statements; want the sweep, the claim's and the send's", n)
+	}
+}

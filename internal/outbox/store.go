@@ -375,14 +375,31 @@ func (s *Store) claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, er
 // OrganizationID and IDs; Limit and Lease are not used). It returns how many
 // it moved.
 func (s *Store) DeadLetterExpired(ctx context.Context, p ClaimParams) (int, error) {
+	sw, err := s.Sweep(ctx, p)
+	return sw.DeadLettered, err
+}
+
+// Sweep is what a dispatch run's sweep found.
+type Sweep struct {
+	// DeadLettered is how many rows with no attempt left it ended.
+	DeadLettered int
+	// Claimable is false when no row of the scope is queued, failed or
+	// processing: a claim would find nothing.
+	Claimable bool
+}
+
+// Sweep is DeadLetterExpired that also says whether a claim of the same
+// scope could find anything (one probe of each claim index, in the same
+// statement).
+func (s *Store) Sweep(ctx context.Context, p ClaimParams) (Sweep, error) {
 	org, ids := p.scope()
-	var n int
+	var sw Sweep
 	if err := s.db.QueryRow(ctx, deadLetterExpiredSQL, pgx.NamedArgs{
 		"max_attempts": p.MaxAttempts, "organization_id": org, "ids": ids, "events_on": s.health.Events,
-	}).Scan(&n); err != nil {
-		return 0, fmt.Errorf("dead-lettering expired leases: %w", sqlfile.Wrap("outbox/dead_letter_expired", err))
+	}).Scan(&sw.DeadLettered, &sw.Claimable); err != nil {
+		return Sweep{}, fmt.Errorf("dead-lettering expired leases: %w", sqlfile.Wrap("outbox/dead_letter_expired", err))
 	}
-	return n, nil
+	return sw, nil
 }
 
 // Release puts claimed, not yet started rows back at once: due now, the

@@ -90,4 +90,24 @@ with exhausted as (
       and not exists (select 1 from external_integration_outbox o
                       where o.id = st.outbox_id and o.claim_token = st.claim_token and o.status = 'processing')
 )
-select count(*) from expired
+-- How many rows it ended, and whether any row in the scope is queued,
+-- failed or processing: with none, a claim would find nothing, and the
+-- dispatch run skips it (one probe of each claim index; the claim is the
+-- costliest statement to plan on a new connection).
+select (select count(*) from expired),
+    exists (select 1 from external_integration_outbox o
+            where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+              and (@organization_id::uuid is null or o.organization_id = @organization_id)
+              and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[])))
+    or exists (select 1 from external_integration_outbox o
+            where o.status in ('queued', 'failed') and o.integration_connection_id is null
+              and (@organization_id::uuid is null or o.organization_id = @organization_id)
+              and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[])))
+    or exists (select 1 from external_integration_outbox o
+            where o.status = 'processing' and o.provider_status is null
+              and (@organization_id::uuid is null or o.organization_id = @organization_id)
+              and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[])))
+    or exists (select 1 from external_integration_outbox o
+            where o.status = 'processing' and o.provider_status is not null
+              and (@organization_id::uuid is null or o.organization_id = @organization_id)
+              and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[])))
