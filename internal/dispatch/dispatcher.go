@@ -220,16 +220,13 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (s Summary, err error
 		run.deadLettered = sweep.DeadLettered
 		log.WarnContext(ctx, "expired leases with no attempts left moved to dead_letter", "count", sweep.DeadLettered)
 	}
-	if !sweep.Claimable {
-		log.DebugContext(ctx, "nothing queued, failed or in flight: no claim")
-		logSummary(ctx, log, s, run, nil)
-		return s, nil
-	}
 	limit := cmp.Or(req.Limit, d.cfg.MaxPerRun)
 	if req.IDs != nil {
 		limit = min(limit, len(req.IDs))
 	}
-	for s.Claimed < limit {
+	// With nothing queued, failed or in flight a claim would find nothing:
+	// the run skips it.
+	for sweep.Claimable && s.Claimed < limit {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d.cfg.Reserve {
 			log.InfoContext(ctx, "dispatch time budget reached", "claimed", s.Claimed)
 			break
