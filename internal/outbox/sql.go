@@ -53,19 +53,29 @@ var fragmentMarker = regexp.MustCompile(`/\*fragment:([a-z_]+)\*/`)
 func statement(name string) string { return expand(sqlfile.Statement(sqlFiles, "outbox", name)) }
 
 // expand replaces each /*fragment:name*/ … /*end:name*/ of text with the
-// fragment's part (see fragment).
+// fragment's part (see fragment). It reads text once, from left to right:
+// a fragment put in is expanded already (package initialization builds
+// every statement, and a cold start waits for it).
 func expand(text string) string {
+	var out strings.Builder
 	for {
 		m := fragmentMarker.FindStringSubmatchIndex(text)
 		if m == nil {
-			return text
+			if out.Len() == 0 {
+				return text
+			}
+			out.WriteString(text)
+			return out.String()
 		}
 		name := text[m[2]:m[3]]
 		end := strings.Index(text[m[1]:], "/*end:"+name+"*/")
 		if end < 0 {
 			panic("outbox: a /*fragment:" + name + "*/ marker without its /*end:" + name + "*/")
 		}
-		text = text[:m[0]] + fragment(name) + text[m[1]+end+len("/*end:"+name+"*/"):]
+		out.Grow(len(text))
+		out.WriteString(text[:m[0]])
+		out.WriteString(fragment(name))
+		text = text[m[1]+end+len("/*end:"+name+"*/"):]
 	}
 }
 
