@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"integration-outbox/internal/outbox"
 )
 
 // followersBacklog is the number of queued commands of one entity behind its
@@ -16,7 +18,7 @@ import (
 const followersBacklog = 10_000
 
 // followersRows is the size of the fair load the followers measurement adds
-// them to.
+// them to, unless -followers-rows sets it.
 const followersRows = 40_000
 
 // followersClaim is the fair, capped claim with and without a backlog of
@@ -105,19 +107,52 @@ func loadFollowers(ctx context.Context, conn *pgx.Conn, followers int) (string, 
 	return org, nil
 }
 
+// parkClaims is how many committed claims parkFollowers runs: enough for
+// the claim, which parks at most 200 followers each
+// (internal/outbox/sql/claim_scheduled.sql, park_read), to park the whole
+// backlog.
+const parkClaims = followersBacklog/200 + 2
+
+// parkFollowers loads the in-flight command and followers commands behind
+// it (loadFollowers), then runs parkClaims claims of its organization, each
+// committed, as the dispatch runs would before the measured claims: the
+// claims that meet the backlog park it. Both databases of the measurement
+// run the same claims. With followers, every one must be parked after them.
+func parkFollowers(ctx context.Context, conn *pgx.Conn, followers int) error {
+	org, err := loadFollowers(ctx, conn, followers)
+	if err != nil {
+		return err
+	}
+	store := outbox.NewStore(conn).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
+	for range parkClaims {
+		if _, err := store.ClaimBatch(ctx, outbox.ClaimParams{Limit: 1, MaxAttempts: 10, Lease: 900 * time.Second,
+			MaxInFlight: 5000, OrganizationID: org}); err != nil {
+			return fmt.Errorf("claiming the followers' organization: %w", err)
+		}
+	}
+	var parked int
+	if err := conn.QueryRow(ctx, `
+		select count(*) from external_integration_outbox
+		where organization_id = $1 and status = 'queued' and waiting_for_outbox_id is not null`, org).Scan(&parked); err != nil {
+		return fmt.Errorf("counting the parked followers: %w", err)
+	}
+	if parked != followers {
+		return fmt.Errorf("%d claims parked %d of the %d followers", parkClaims, parked, followers)
+	}
+	return nil
+}
+
 // measureFollowers measures the fair, capped claim (as measureFairClaims) on
-// two databases of the same fair load of followersRows rows: one with an
+// two databases of the same fair load of rows rows: one with an
 // in-flight command of one purchase order and followersBacklog queued
 // commands of it behind, one with the in-flight command alone. Every claim
 // starts its rotation at the zero organization, so each one walks the pair
 // that holds the backlog. The databases take turns claim by claim.
-func measureFollowers(ctx context.Context, log *slog.Logger, env *benchEnv, runs int) (res followersClaim, err error) {
-	res = followersClaim{Rows: followersRows, Followers: followersBacklog}
-	samples, server, err := alternateFairClaims(ctx, log, env, followersRows, runs, func(context.Context, *pgx.Conn) error { return nil },
-		func(ctx context.Context, conn *pgx.Conn) error {
-			_, err := loadFollowers(ctx, conn, followersBacklog)
-			return err
-		})
+func measureFollowers(ctx context.Context, log *slog.Logger, env *benchEnv, rows, runs int) (res followersClaim, err error) {
+	res = followersClaim{Rows: rows, Followers: followersBacklog}
+	samples, server, err := alternateFairClaims(ctx, log, env, rows, runs,
+		func(ctx context.Context, conn *pgx.Conn) error { return parkFollowers(ctx, conn, 0) },
+		func(ctx context.Context, conn *pgx.Conn) error { return parkFollowers(ctx, conn, followersBacklog) })
 	if err != nil {
 		return res, err
 	}
@@ -204,8 +239,8 @@ func followersMarkdown(f *followersClaim) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("\n## The claim with a blocked backlog of one entity\n\n")
-	p("The fair, capped claim (as above, on %s rows) with its rotation starting at the first organization whose circuit is closed, on whose connection one command of a purchase order is in flight (processing, leased); beside it the same load with %s queued commands of that purchase order behind it, older than every other due row, so the walk reads them before the pair's ordinary due rows. The two databases take turns claim by claim: %d unmeasured claims each, then the median of %d, each rolled back.\n\n",
-		rows(f.Rows), rows(f.Followers), claimWarmup, len(f.With))
+	p("The fair, capped claim (as above, on %s rows) with its rotation starting at the first organization whose circuit is closed, on whose connection one command of a purchase order is in flight (processing, leased); beside it the same load with %s queued commands of that purchase order behind it, older than every other due row, so the walk reads them before the pair's ordinary due rows. Before the measured claims each database runs %d claims of that organization, committed, as the dispatch runs would: those that meet the backlog park it (every follower must be parked after them). The two databases take turns claim by claim: %d unmeasured claims each, then the median of %d, each rolled back.\n\n",
+		rows(f.Rows), rows(f.Followers), parkClaims, claimWarmup, len(f.With))
 	p("The claim's time is taken as in the claim scaling (the statement and reading its rows); the server's figures are the claim statement's `pg_stat_statements` entry over the measured claims (reset after the unmeasured ones): its mean execution time, and its mean shared buffers hit or read, a count the machine's load does not change.\n\n")
 	p("| Measure | Without the backlog | With it | Ratio | Target |\n|---|---|---|---|---|\n")
 	p("| Median claim | %s | %s | %s | ≤ 1.50× |\n", ms(median(f.Without)), ms(median(f.With)), x(f.ratio()))

@@ -31,6 +31,7 @@ type options struct {
 	out            string
 	claimSizes     []int
 	claimRuns      int
+	followersRows  int
 	throughputJobs int
 	consumers      int
 	coldStarts     int
@@ -66,6 +67,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "results.md", "where to write the table (a results.raw beside it gets the raw samples)")
 	flag.StringVar(&sizes, "claim-sizes", "10000,100000,1000000", "outbox sizes of the claim measurement")
 	flag.IntVar(&o.claimRuns, "claim-runs", 30, "measured claims per size and variant")
+	flag.IntVar(&o.followersRows, "followers-rows", followersRows, "rows of the fair load the followers measurement adds its backlog to")
 	flag.IntVar(&o.throughputJobs, "jobs", 20000, "jobs of the throughput run, ours and each of River's")
 	flag.IntVar(&o.consumers, "consumers", 10, "concurrent push consumers (Lambda containers) in our throughput run")
 	flag.IntVar(&o.coldStarts, "cold-starts", 10, "cold starts per function under the emulator")
@@ -259,7 +261,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	}
 	followers := func() {
 		step("claim with a blocked backlog", func() error {
-			f, err := measureFollowers(ctx, log, env, o.claimRuns)
+			f, err := measureFollowers(ctx, log, env, o.followersRows, o.claimRuns)
 			if err == nil {
 				r.Followers = &f
 			}

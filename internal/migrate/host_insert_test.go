@@ -12,7 +12,7 @@ import (
 
 // After every migration, the host's own insert of a queued command (a key,
 // a connection, an entity, due at once) writes one entry into one index of
-// ours, the claim's walk index (walk_idx), beside the host's primary key:
+// ours, the claim's walk index (walk_unparked_idx), beside the host's primary key:
 // neither key index (migration 10) nor the entity order index (migration
 // 11), and it stores no updated_at (migration 11). A command the host
 // schedules for later, and each step of ours that moves a row, still enter
@@ -60,7 +60,7 @@ func TestAHostInsertWritesOneEntryIntoOneIndexOfOurs(t *testing.T) {
 	before := entries()
 	hostInsert("null")
 	after := entries()
-	want := []string{"external_integration_outbox_walk_idx", "external_integration_outbox_pkey"}
+	want := []string{"external_integration_outbox_walk_unparked_idx", "external_integration_outbox_pkey"}
 	slices.Sort(want)
 	if got := grew(before, after); !slices.Equal(got, want) {
 		t.Errorf("a host insert due at once wrote into %v, want only %v (indexes: %v)",
@@ -70,7 +70,7 @@ func TestAHostInsertWritesOneEntryIntoOneIndexOfOurs(t *testing.T) {
 		t.Errorf("%d host rows read updated_at NULL, want the one inserted (it stores no updated_at)", n)
 	}
 	hostInsert("now() + interval '1 hour'")
-	want = []string{"external_integration_outbox_walk_idx", "external_integration_outbox_entity_order_idx",
+	want = []string{"external_integration_outbox_walk_unparked_idx", "external_integration_outbox_entity_order_idx",
 		"external_integration_outbox_pkey"}
 	slices.Sort(want)
 	if got := grew(after, entries()); !slices.Equal(got, want) {

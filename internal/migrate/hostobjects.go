@@ -274,6 +274,25 @@ var hostObjects = map[int64]HostObjects{
 				Definition: "(integration_connection_id, local_entity_id) where command_type = 'push_supplier' and status in ('queued', 'failed', 'processing')"},
 		},
 	},
+	21: {
+		// Followers parked. A due command that per-entity order holds back
+		// behind another of its entity (the one in flight, or an older one
+		// parked already) is parked by the claim that met it: it names the
+		// command it waits for (waiting_for_outbox_id, status still
+		// queued), and leaves the claim's walk index, so a later claim no
+		// longer reads it; the record of that command's end makes it due
+		// again (record.sql's woken step). The walk index becomes this one,
+		// which holds no parked row; a row waiting for a supplier's push is
+		// failed, not queued, and stays in it (it is due again at its retry
+		// time). The host's inserts write the same one entry as before.
+		Indexes: []Index{
+			{Table: outbox, Name: "external_integration_outbox_walk_unparked_idx",
+				Definition: "(organization_id, integration_connection_id, created_at) where status in ('queued', 'failed') and integration_connection_id is not null and (waiting_for_outbox_id is null or status <> 'queued')"},
+		},
+		Drops: []DroppedIndex{
+			{11, "external_integration_outbox_walk_idx"},
+		},
+	},
 }
 
 // declaredIndex is the definition migration d.Version declares for d.Name.

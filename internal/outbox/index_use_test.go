@@ -72,7 +72,7 @@ func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
 		index, statement, sql string
 		args                  []any
 	}{
-		{"external_integration_outbox_walk_idx", "claim.sql (the walk over organization, connection pairs)", outbox.ClaimSQL, []any{claimArgs}},
+		{"external_integration_outbox_walk_unparked_idx", "claim.sql (the walk over organization, connection pairs)", outbox.ClaimSQL, []any{claimArgs}},
 		{"external_integration_outbox_claim_orphan_idx", "claim.sql (due rows without a connection)", outbox.ClaimSQL, []any{claimArgs}},
 		{"external_integration_outbox_entity_order_idx", "claim.sql (per-entity order)", outbox.ClaimSQL, []any{claimArgs}},
 		{"external_integration_outbox_connection_leased_idx", "claim.sql (a connection's leased rows)", outbox.ClaimSQL, []any{claimArgs}},
@@ -80,7 +80,7 @@ func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
 		{"external_integration_outbox_connection_leased_idx", "dead_letter_expired.sql (expired leases)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
 		{"external_integration_outbox_follow_up_idx", "dead_letter_expired.sql (follow-ups due)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
 		// The two claim indexes hold every queued and failed row.
-		{"external_integration_outbox_walk_idx", "dead_letter_expired.sql (queued and failed rows with a connection)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
+		{"external_integration_outbox_walk_unparked_idx", "dead_letter_expired.sql (queued and failed rows with a connection)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
 		{"external_integration_outbox_claim_orphan_idx", "dead_letter_expired.sql (queued and failed rows without one)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
 		{"external_integration_conflicts_open_outbox_idx", "dead_letter_expired.sql (one open conflict per row)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
 		{"external_integration_outbox_enqueue_key_idx", "integration_outbox_enqueue_existing (enqueued keys)", existingSQL, []any{org, "key-42"}},

@@ -61,8 +61,8 @@ func TestClaimPlanIsIndexProbesAtAnyAllVisibleShare(t *testing.T) {
 			t.Errorf("the claim's plan has a %s on a table with few all-visible pages", node)
 		}
 	}
-	if !strings.Contains(got, "external_integration_outbox_walk_idx") {
-		t.Error("the claim's plan does not walk external_integration_outbox_walk_idx")
+	if !strings.Contains(got, "external_integration_outbox_walk_unparked_idx") {
+		t.Error("the claim's plan does not walk external_integration_outbox_walk_unparked_idx")
 	}
 	if !strings.Contains(got, "external_integration_outbox_entity_order_idx") {
 		t.Error("the claim's plan does not check per-entity order through external_integration_outbox_entity_order_idx")

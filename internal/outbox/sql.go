@@ -40,6 +40,7 @@ var (
 	recordSQL            = statement("record")
 	releaseDeadLetterSQL = statement("release_dead_lettered")
 	textLengthsSQL       = statement("text_lengths")
+	wakeFollowersSQL     = statement("wake_followers")
 )
 
 // fragmentMarker is where a statement takes sql/fragment/<name>.sql; the

@@ -338,6 +338,11 @@ func (s *Store) claimArgs(p ClaimParams) pgx.NamedArgs {
 }
 
 func (s *Store) claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, error) {
+	if len(p.Heads) > 0 && p.IDs == nil {
+		if _, err := db.Exec(ctx, wakeFollowersSQL, pgx.NamedArgs{"heads": p.Heads}); err != nil {
+			return Batch{}, fmt.Errorf("waking the followers of the run's ended heads: %w", sqlfile.Wrap("outbox/wake_followers", err))
+		}
+	}
 	rows, err := db.Query(ctx, claimSQL(p), s.claimArgs(p))
 	if err != nil {
 		return Batch{}, err

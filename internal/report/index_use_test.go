@@ -52,11 +52,11 @@ func TestOperatorViewsUseOurIndexes(t *testing.T) {
 		args             []any
 	}{
 		{"external_integration_outbox_org_requeueable_idx", "failed rows of an organization", failedSQL, []any{10, org, 50}},
-		{"external_integration_outbox_walk_idx", "overdue queued rows of an organization", overdueQueuedSQL, []any{10, org, 300, 50}},
+		{"external_integration_outbox_walk_unparked_idx", "overdue queued rows of an organization", overdueQueuedSQL, []any{10, org, 300, 50}},
 		{"external_integration_outbox_claim_orphan_idx", "overdue queued rows of an organization", overdueQueuedSQL, []any{10, org, 300, 50}},
 		{"external_integration_outbox_entity_order_idx", "the command a row waits behind", waitingBehindSQL, []any{org, queuedRow}},
-		{"external_integration_outbox_walk_idx", "the command a row waits behind", waitingBehindSQL, []any{org, queuedRow}},
-		{"external_integration_outbox_walk_idx", "the list of an organization's queued rows", listSQL, []any{10, org, "queued", nil, 50}},
+		{"external_integration_outbox_walk_unparked_idx", "the command a row waits behind", waitingBehindSQL, []any{org, queuedRow}},
+		{"external_integration_outbox_walk_unparked_idx", "the list of an organization's queued rows", listSQL, []any{10, org, "queued", nil, 50}},
 		{"external_integration_outbox_claim_orphan_idx", "the list of an organization's queued rows", listSQL, []any{10, org, "queued", nil, 50}},
 		{"external_integration_outbox_org_requeueable_idx", "the list of an organization's dead-lettered rows", listSQL, []any{10, org, "dead_letter", nil, 50}},
 		{"external_integration_conflicts_org_idx", "the conflicts of a row", conflictsSQL, []any{org, queuedRow}},

@@ -11,7 +11,11 @@ select s.connection_id::text, s.organization_id::text, coalesce(s.provider, ''),
     coalesce(s.disabled_reason, s.unauthorized_reason, s.last_error, '') as reason,
     (select count(*) from external_integration_outbox o
      where o.organization_id = s.organization_id and o.integration_connection_id = s.connection_id
-       and o.status in ('queued', 'failed')) as waiting
+       and o.status in ('queued', 'failed') and (o.waiting_for_outbox_id is null or o.status <> 'queued'))
+    -- and the parked followers, which the claim's walk index does not hold
+    + (select count(*) from external_integration_outbox o
+       where o.waiting_for_outbox_id is not null and o.status = 'queued'
+         and o.organization_id = s.organization_id and o.integration_connection_id = s.connection_id) as waiting
 from integration_outbox_connection_state s
 where (@organization_id::uuid is null or s.organization_id = @organization_id::uuid)
   and (s.disabled_at is not null or s.unauthorized_since is not null or s.failing_since is not null)

@@ -25,6 +25,7 @@ with ended as (
     set next_attempt_at = now(), updated_at = now()
     where o.organization_id = @organization_id::uuid and o.integration_connection_id = @connection_id::uuid
       and o.status in ('queued', 'failed') and o.next_attempt_at > now()
+      and (o.waiting_for_outbox_id is null or o.status <> 'queued')
       and exists (select 1 from ended)
     returning o.id
 )

@@ -9,10 +9,13 @@
 --    then the rows it does not bring: due rows without a connection,
 --    expired leases (crash recovery: reclaimed) and accepted rows whose
 --    follow-up is due (pushed again with the same idempotency key);
--- 2. heads, room, pick, lock and update: fragment/take.sql.
+-- 2. followers parked (park_* and parked): the due queued rows per-entity
+--    order held back ahead of a walked pair's first claimable row leave the
+--    walk index, each naming the command it waits for (see park_pairs);
+-- 3. heads, room, pick, lock and update: fragment/take.sql.
 --
 -- The walk is a skip scan over the (organization, connection) pairs of the
--- walk index (walk_idx) in rotation order. Each step finds the next pair,
+-- walk index (walk_unparked_idx) in rotation order. Each step finds the next pair,
 -- its room (fragment/connection_room.sql) and, when it has room, its first
 -- claimable row; it stops once it has as many organizations with a
 -- claimable row as the claim may take, so a claim costs O(batch) index
@@ -60,16 +63,16 @@ with recursive budget as (
     -- one (@organization_id) or all.
     select coalesce(@organization_id::uuid, '00000000-0000-0000-0000-000000000000') as first_org,
         coalesce(@organization_id::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff') as last_org
-), walk(org, conn, lap, found, org_ok, ok, held, room, probe, ordered,
+), walk(org, conn, lap, found, org_ok, ok, held, room, probe, ordered, opened,
         id, created_at, local_entity_type, local_entity_id) as (
     -- Where the rotation starts: no pair yet.
-    select @after_organization::uuid, null::uuid, 0, 0, false, false, false, 0, false, false,
+    select @after_organization::uuid, null::uuid, 0, 0, false, false, false, 0, false, false, false,
         null::uuid, null::timestamptz, null::text, null::uuid
   union all
     -- found counts the organizations with a claimable row so far; org_ok
     -- says whether this step's organization already has one.
     select p.org, p.conn, p.lap, w.found + (e.ok and not (p.org = w.org and w.org_ok))::int,
-        e.ok or (p.org = w.org and w.org_ok), e.ok, e.held, e.room, e.probe, e.ordered,
+        e.ok or (p.org = w.org and w.org_ok), e.ok, e.held, e.room, e.probe, e.ordered, e.opened,
         e.id, e.created_at, e.local_entity_type, e.local_entity_id
     from walk w
     cross join scope s
@@ -80,6 +83,7 @@ with recursive budget as (
             (select o.organization_id as org, o.integration_connection_id as conn, w.lap as lap
              from external_integration_outbox o
              where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+               and (o.waiting_for_outbox_id is null or o.status <> 'queued')
                and o.organization_id = w.org and o.integration_connection_id > w.conn
              order by o.integration_connection_id
              limit 1)
@@ -87,6 +91,7 @@ with recursive budget as (
             (select o.organization_id, o.integration_connection_id, w.lap
              from external_integration_outbox o
              where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+               and (o.waiting_for_outbox_id is null or o.status <> 'queued')
                and o.organization_id > w.org and o.organization_id >= s.first_org and o.organization_id <= s.last_org
              order by o.organization_id, o.integration_connection_id
              limit 1)
@@ -94,6 +99,7 @@ with recursive budget as (
             (select o.organization_id, o.integration_connection_id, 1
              from external_integration_outbox o
              where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+               and (o.waiting_for_outbox_id is null or o.status <> 'queued')
                and w.lap = 0 and o.organization_id >= s.first_org and o.organization_id <= s.last_org
              order by o.organization_id, o.integration_connection_id
              limit 1)
@@ -104,7 +110,7 @@ with recursive budget as (
         -- The pair's room and its first claimable row (none is read while
         -- it has no room): ok when it has both; held when its in-flight
         -- limit holds due rows back.
-        select r.room, r.probe, r.ordered, r.room > 0 and f.id is not null as ok,
+        select r.room, r.probe, r.ordered, r.open as opened, r.room > 0 and f.id is not null as ok,
             r.capped and f.id is not null as held,
             f.id, f.created_at, f.local_entity_type, f.local_entity_id
         from (/*fragment:connection_room*/
@@ -116,6 +122,7 @@ with recursive budget as (
             where not r.open
               and d.organization_id = p.org and d.integration_connection_id = p.conn
               and d.status in ('queued', 'failed')
+              and (d.waiting_for_outbox_id is null or d.status <> 'queued')
               and coalesce(d.next_attempt_at, now()) <= now()
               and d.attempt_count < @max_attempts
               and (not r.ordered or /*fragment:entity_head*/ true /*end:entity_head*/)
@@ -144,6 +151,7 @@ with recursive budget as (
         where d.organization_id = w.org and d.integration_connection_id = w.conn
           and d.created_at >= w.created_at and d.id <> w.id
           and d.status in ('queued', 'failed')
+          and (d.waiting_for_outbox_id is null or d.status <> 'queued')
           and coalesce(d.next_attempt_at, now()) <= now()
           and d.attempt_count < @max_attempts
           and (not w.ordered or /*fragment:entity_head*/ true /*end:entity_head*/)
@@ -190,6 +198,7 @@ with recursive budget as (
         where d.organization_id = g.org and d.integration_connection_id = g.conn
           and d.created_at >= g.last_at
           and d.status in ('queued', 'failed')
+          and (d.waiting_for_outbox_id is null or d.status <> 'queued')
           and coalesce(d.next_attempt_at, now()) <= now()
           and d.attempt_count < @max_attempts
           and not exists (select 1 from dealt x where x.id = d.id)
@@ -270,6 +279,90 @@ with recursive budget as (
 ), pairs_held as (
     -- Whether an in-flight limit held back a walked pair with no room.
     select coalesce(bool_or(held), false) as held from walk
+), park_pairs as (
+    -- Followers parked: the walked pairs of an ordered connection whose
+    -- oldest queued or failed row in the walk index is older than their
+    -- first claimable row (or that have none): the walk read rows there
+    -- that it could not take (one index probe each).
+    select distinct w.org, w.conn, w.created_at as first_at
+    from walk w
+    cross join lateral (
+        select 1 from external_integration_outbox o
+        where o.organization_id = w.org and o.integration_connection_id = w.conn
+          and o.status in ('queued', 'failed')
+          and (o.waiting_for_outbox_id is null or o.status <> 'queued')
+          and (w.created_at is null or o.created_at < w.created_at)
+        limit 1
+    ) older
+    where w.conn is not null and w.ordered and not w.opened
+), park_read as (
+    -- Of the first 200 of those rows of each, the queued ones due that
+    -- per-entity order holds back (at most 200 a claim).
+    select d.id, d.organization_id, d.integration_connection_id, d.created_at,
+        d.local_entity_type, d.local_entity_id
+    from park_pairs w
+    cross join lateral (
+        select d.*
+        from (
+            select d.id, d.organization_id, d.integration_connection_id, d.created_at, d.next_attempt_at,
+                d.attempt_count, d.local_entity_type, d.local_entity_id
+            from external_integration_outbox d
+            where d.organization_id = w.org and d.integration_connection_id = w.conn
+              and d.status in ('queued', 'failed')
+              and (d.waiting_for_outbox_id is null or d.status <> 'queued')
+              and (w.first_at is null or d.created_at < w.first_at)
+            order by d.created_at
+            limit 200
+        ) r
+        join external_integration_outbox d on d.id = r.id
+        where d.status = 'queued' and d.local_entity_id is not null
+          and coalesce(d.next_attempt_at, now()) <= now()
+          and d.attempt_count < @max_attempts
+          and not /*fragment:entity_head*/ true /*end:entity_head*/
+    ) d
+    limit 200
+), park as (
+    -- What each waits for: the row parked here just before it of its
+    -- entity, else the newest older command of its entity not yet ended
+    -- (in flight, failed, due later or parked: the entity order index),
+    -- else the one in flight.
+    select p.id, coalesce(lag(p.id) over (
+            partition by p.integration_connection_id, p.local_entity_type, p.local_entity_id
+            order by p.created_at, p.id),
+        (select x.id from external_integration_outbox x
+         where x.integration_connection_id = p.integration_connection_id
+           and x.local_entity_id = p.local_entity_id
+           and x.local_entity_type is not distinct from p.local_entity_type
+           and (x.status in ('failed', 'processing') or (x.status = 'queued' and x.next_attempt_at > x.created_at))
+           and x.id <> p.id
+           and ((x.created_at < p.created_at or (x.created_at = p.created_at and x.id < p.id))
+                or x.status = 'processing')
+         order by (x.created_at < p.created_at or (x.created_at = p.created_at and x.id < p.id)) desc,
+             x.created_at desc, x.id desc
+         limit 1)) as waits_for
+    from park_read p
+), park_locked as (
+    -- Each locked (a row another transaction holds stays as it is) and
+    -- checked again on its latest version.
+    select o.id, k.waits_for
+    from park k
+    join external_integration_outbox o on o.id = k.id
+    where k.waits_for is not null and o.status = 'queued' and o.waiting_for_outbox_id is null
+      and coalesce(o.next_attempt_at, now()) <= now()
+    for update of o skip locked
+), parked as (
+    -- Parked: it names what it waits for and leaves the walk index (still
+    -- queued); next_attempt_at after created_at keeps it in the entity
+    -- order index, where it holds newer commands of its entity back
+    -- (fragment/entity_head.sql). The end of what it waits for makes it due
+    -- again (record.sql's and dead_letter_expired.sql's woken steps; the
+    -- latter also wakes a row whose awaited row ended otherwise or is gone).
+    update external_integration_outbox o
+    set waiting_for_outbox_id = l.waits_for,
+        next_attempt_at = greatest(now(), o.created_at + interval '1 millisecond'),
+        updated_at = now()
+    from park_locked l
+    where o.id = l.id
 )
 /*fragment:take*/ select null::text as id, null::text as organization_id, ''::text as integration_connection_id,
     ''::text as command_type, null::text as claim_token, null::int as attempt_count, null::bool as reclaimed,

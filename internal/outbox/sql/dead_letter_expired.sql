@@ -7,7 +7,8 @@
 -- id list (the same scope as the claim). Each row ended writes one Command
 -- Dead-Lettered event (@events_on). The queued and failed rows of a disabled
 -- or unauthorized connection are left alone: they are held, not exhausted.
--- The rows waiting for a row it ends are due at once. It also deletes the
+-- The rows waiting for a row it ends are due at once, and so is a parked
+-- follower whose awaited row ended or went otherwise. It also deletes the
 -- starts (integration_outbox_starts) that no record will delete: those of
 -- claims their row no longer holds (a push that crashed before its record,
 -- a claim given back), ten minutes after they were written.
@@ -26,10 +27,11 @@ with exhausted as (
       and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[]))
     union all
     -- The queued and failed rows in two parts, with a connection and
-    -- without: each is the condition of a claim index (walk_idx,
+    -- without: each is the condition of a claim index (walk_unparked_idx,
     -- claim_orphan_idx), which holds every one of them.
     select o.id from external_integration_outbox o
     where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+      and (o.waiting_for_outbox_id is null or o.status <> 'queued')
       and coalesce(o.next_attempt_at, now()) <= now()
       and o.attempt_count >= @max_attempts
       and (@organization_id::uuid is null or o.organization_id = @organization_id)
@@ -70,11 +72,29 @@ with exhausted as (
     -- The rows waiting for a row ended here are due now, as when the
     -- record ends it (record.sql's woken step).
     update external_integration_outbox w
-    set next_attempt_at = now(), updated_at = now()
+    set next_attempt_at = now(),
+        waiting_for_outbox_id = case when w.status = 'queued' then null else w.waiting_for_outbox_id end,
+        updated_at = now()
     from expired e
     where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = e.id
       and w.organization_id = e.organization_id and w.status in ('queued', 'failed')
       and w.id not in (select x.id from exhausted x)
+    returning w.id
+), unparked as (
+    -- A parked follower (claim_scheduled.sql) whose awaited row is no
+    -- longer queued, failed or processing without having woken it (the
+    -- host deleted it or changed its status; it ended while the claim
+    -- parked this one; a statement that wakes nobody ended it) is due
+    -- again. It reads every parked row of the scope (the waiting index).
+    update external_integration_outbox w
+    set next_attempt_at = now(), waiting_for_outbox_id = null, updated_at = now()
+    where w.waiting_for_outbox_id is not null and w.status = 'queued'
+      and (@organization_id::uuid is null or w.organization_id = @organization_id)
+      and (@ids::text[] is null or w.id = any(@ids::text[]::uuid[]))
+      and w.id not in (select x.id from exhausted x)
+      and not exists (select 1 from external_integration_outbox a
+                      where a.id = w.waiting_for_outbox_id and a.status in ('queued', 'failed', 'processing'))
+    returning w.id
 ), conflicts as (
 /*fragment:exhausted_conflict*/ select 1 /*end:exhausted_conflict*/
 ), command_event_rows as (
@@ -95,8 +115,10 @@ with exhausted as (
 -- dispatch run skips it (one probe of each claim index; the claim is the
 -- costliest statement to plan on a new connection).
 select (select count(*) from expired),
-    exists (select 1 from external_integration_outbox o
+    exists (select 1 from woken) or exists (select 1 from unparked)
+    or exists (select 1 from external_integration_outbox o
             where o.status in ('queued', 'failed') and o.integration_connection_id is not null
+              and (o.waiting_for_outbox_id is null or o.status <> 'queued')
               and (@organization_id::uuid is null or o.organization_id = @organization_id)
               and (@ids::text[] is null or o.id = any(@ids::text[]::uuid[])))
     or exists (select 1 from external_integration_outbox o

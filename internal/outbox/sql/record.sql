@@ -95,9 +95,12 @@ with res as (
     -- A row that ends (completed, uncertain, unsupported, dead_letter)
     -- makes the rows waiting for it (waiting_for_outbox_id) due now, their
     -- command's load then finds what they waited for. Rows of this record
-    -- are its own.
+    -- are its own. A parked follower (queued: claim_scheduled.sql) comes
+    -- back into the claim's walk index.
     update external_integration_outbox w
-    set next_attempt_at = now(), updated_at = now()
+    set next_attempt_at = now(),
+        waiting_for_outbox_id = case when w.status = 'queued' then null else w.waiting_for_outbox_id end,
+        updated_at = now()
     from updated u
     where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = u.id
       and w.organization_id = u.organization_id

@@ -6,9 +6,11 @@
 -- giving the attempts left; a host whose outbox had its own (nullable)
 -- updated_at keeps it, hence the coalesce.
 --
--- The queued rows are read in two parts, each the condition of a claim index
--- (with a connection: the claim's walk index; without: the orphan index),
--- since no other index of ours holds the queued rows the host inserts.
+-- The queued rows are read in three parts, each the condition of an index
+-- (with a connection: the claim's walk index; parked followers, which that
+-- index does not hold: the waiting index; without a connection: the orphan
+-- index), since no other index of ours holds the queued rows the host
+-- inserts.
 
 select o.id::text, o.organization_id::text, coalesce(o.integration_connection_id::text, ''),
     coalesce(o.provider, ''), coalesce(o.command_type, ''), o.status, o.attempt_count,
@@ -20,6 +22,13 @@ from (
     where (@organization_id::uuid is null or o.organization_id = @organization_id::uuid)
       and @status::text = 'queued' and o.status = 'queued'
       and o.integration_connection_id is not null
+      and (o.waiting_for_outbox_id is null or o.status <> 'queued')
+      and (@connection_id::uuid is null or o.integration_connection_id = @connection_id::uuid)
+    union all
+    select o.* from external_integration_outbox o
+    where (@organization_id::uuid is null or o.organization_id = @organization_id::uuid)
+      and @status::text = 'queued' and o.status = 'queued'
+      and o.waiting_for_outbox_id is not null
       and (@connection_id::uuid is null or o.integration_connection_id = @connection_id::uuid)
     union all
     select o.* from external_integration_outbox o

@@ -33,7 +33,8 @@ from (
     from o join external_integration_outbox x
         on x.organization_id = o.organization_id and x.integration_connection_id = o.integration_connection_id
        and x.local_entity_id = o.local_entity_id and x.local_entity_type is not distinct from o.local_entity_type
-    where o.status <> 'processing' and x.status in ('queued', 'failed') and (x.created_at, x.id) < (o.created_at, o.id)
+    where o.status <> 'processing' and x.status in ('queued', 'failed')
+      and (x.waiting_for_outbox_id is null or x.status <> 'queued') and (x.created_at, x.id) < (o.created_at, o.id)
 ) x
 order by x.status = 'processing' desc, x.created_at, x.id
 limit 1

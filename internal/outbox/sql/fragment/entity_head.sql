@@ -3,7 +3,9 @@
 -- is in flight (processing under a live lease, or accepted and awaiting its
 -- follow-up), and none older waits that the claim's walk may pass by
 -- (queued or failed but not due, at or past @max_attempts or of another
--- organization; processing with an expired lease: reclaimable). An older
+-- organization; parked: queued with a waiting_for_outbox_id, which the walk
+-- never brings, see claim_scheduled.sql; processing with an expired lease:
+-- reclaimable). An older
 -- due queued or failed row of d's pair does not hold d here: the walk reads
 -- the pair oldest first and brings that one before d (heads in fragment/take.sql
 -- keeps the oldest of an entity's candidates), and a row the walk does not
@@ -26,6 +28,7 @@ not exists (
                or ((x.created_at < d.created_at or (x.created_at = d.created_at and x.id < d.id))
                    and not (x.status in ('queued', 'failed') and x.organization_id = d.organization_id
                             and coalesce(x.next_attempt_at, now()) <= now()
-                            and x.attempt_count < @max_attempts))))
+                            and x.attempt_count < @max_attempts
+                            and (x.waiting_for_outbox_id is null or x.status <> 'queued')))))
 /*end:entity_head*/
 from external_integration_outbox d

@@ -24,7 +24,7 @@
 -- its claim columns null. Per-entity order can be waited for too, but only
 -- behind the run's own rows: each claimed row says whether due commands of
 -- its ordered entity wait behind it (followers: a candidate of this claim
--- that it holds back), and held_behind says whether one of @heads (the
+-- that it holds back, or a row parked waiting for it), and held_behind says whether one of @heads (the
 -- run's claimed rows that had followers) is still in flight, leased and
 -- without a result: once it is recorded, the next claim takes its follower;
 -- or one of @awaited (the run's claimed rows others may wait for: a
@@ -113,7 +113,10 @@ with budget as (
 )
 select c.id::text, c.organization_id::text, coalesce(c.integration_connection_id::text, ''),
     coalesce(c.command_type, ''), c.claim_token::text, c.attempt_count, c.reclaimed, c.probe, c.created_at,
-    coalesce(f.followers, false) as followers,
+    coalesce(f.followers, false)
+        or exists (select 1 from external_integration_outbox w
+                   where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = c.id
+                     and w.status = 'queued') as followers,
     h.held, h.held_behind
 from held h
 left join claimed c on true
