@@ -108,10 +108,11 @@ func loadFollowers(ctx context.Context, conn *pgx.Conn, followers int) (string, 
 }
 
 // parkClaims is how many committed claims parkFollowers runs: enough for
-// the claim, which parks at most 200 followers each
-// (internal/outbox/sql/claim_scheduled.sql, park_read), to park the whole
-// backlog.
-const parkClaims = followersBacklog/200 + 2
+// the claim, which parks at most 200 followers each, fewer where rows it
+// cannot take (failed ones waiting for their retry, due later) are older
+// than the backlog (internal/outbox/sql/claim_scheduled.sql, park_read), to
+// park the whole backlog.
+const parkClaims = followersBacklog/100 + 2
 
 // parkFollowers loads the in-flight command and followers commands behind
 // it (loadFollowers), then runs parkClaims claims of its organization, each
