@@ -33,6 +33,7 @@ import (
 
 // Store is what the dispatcher needs of the outbox.
 type Store interface {
+	Idle(ctx context.Context, p outbox.ClaimParams) (bool, error)
 	Sweep(ctx context.Context, p outbox.ClaimParams) (outbox.Sweep, error)
 	ClaimBatch(ctx context.Context, p outbox.ClaimParams) (outbox.Batch, error)
 	Release(ctx context.Context, claims []outbox.Claim) (int, error)
@@ -212,9 +213,19 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (s Summary, err error
 			log.InfoContext(ctx, "connections whose daily limit reset resume", "count", n)
 		}
 	}
-	sweep, err := d.store.Sweep(ctx, scope)
+	// With nothing queued, failed or in flight and no forgotten start, the
+	// sweep would change nothing and a claim would find nothing: the run
+	// skips both (the sweep touches many tables: on a new connection its
+	// parse and plan are most of an idle run's cost).
+	idle, err := d.store.Idle(ctx, scope)
 	if err != nil {
 		return s, err
+	}
+	var sweep outbox.Sweep
+	if !idle {
+		if sweep, err = d.store.Sweep(ctx, scope); err != nil {
+			return s, err
+		}
 	}
 	if sweep.DeadLettered > 0 {
 		run.deadLettered = sweep.DeadLettered
@@ -225,7 +236,7 @@ func (d *Dispatcher) Run(ctx context.Context, req Request) (s Summary, err error
 		limit = min(limit, len(req.IDs))
 	}
 	// With nothing queued, failed or in flight a claim would find nothing:
-	// the run skips it.
+	// the run skips it (an idle run's zero Sweep says so too).
 	for sweep.Claimable && s.Claimed < limit {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d.cfg.Reserve {
 			log.InfoContext(ctx, "dispatch time budget reached", "claimed", s.Claimed)

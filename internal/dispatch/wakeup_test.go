@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,12 +25,45 @@ import (
 	"integration-outbox/internal/testenv"
 )
 
-// statementCounter counts the statements a pool sends.
-type statementCounter struct{ n atomic.Int64 }
+// statementCounter counts the statements a pool sends and, while record
+// is set, keeps their text.
+type statementCounter struct {
+	n      atomic.Int64
+	record atomic.Bool
+	mu     sync.Mutex
+	sent   []string
+}
 
-func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
+	if c.record.Load() {
+		c.mu.Lock()
+		c.sent = append(c.sent, data.SQL)
+		c.mu.Unlock()
+	}
 	return ctx
+}
+
+// take returns the statements recorded since the last take, each by its
+// outbox name ("outbox/idle") or, for any other, "other", and starts a new
+// record and count.
+func (c *statementCounter) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var names []string
+	for _, sql := range c.sent {
+		name := "other"
+		for _, s := range outbox.Statements() {
+			if strings.TrimSpace(sql) == strings.TrimSpace(s.SQL) {
+				name = s.Name
+				break
+			}
+		}
+		names = append(names, name)
+	}
+	c.sent = nil
+	c.n.Store(0)
+	return names
 }
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
@@ -129,7 +164,7 @@ func TestConcurrentWakeUpsClaimEveryRowOnceWithBoundedRuns(t *testing.T) {
 }
 
 // idleWakeUpStatementBound is the most statements a wake-up that finds nothing
-// due may cost (it costs 2 today: the expired-lease sweep and one empty claim).
+// due may cost (it costs 1 today: the idle check).
 const idleWakeUpStatementBound = 6
 
 func TestWakeUpWithNothingDueIsAFewStatements(t *testing.T) {
@@ -211,38 +246,88 @@ func claimsOf(ss []dispatch.Summary) []int {
 	return out
 }
 
-// A run that finds no row queued, failed or in flight sends its sweep and
-// nothing else: the claim, the costliest statement to plan on a new
-// connection (a cold start), is skipped. A wake-up of an organization with
-// nothing to do skips it too while another organization's rows wait; once
-// a row is queued the claim runs and takes it.
-func TestAnIdleRunSendsOnlyItsSweep(t *testing.T) {
+// A run that finds no row queued, failed or in flight and no forgotten
+// start sends its idle check and nothing else: the sweep, whose parse and
+// plan on a new connection (a cold start) are most of an idle run's cost,
+// is skipped with the claim. A wake-up of an organization with
+// nothing to do skips them too while another organization's rows wait.
+// Each kind of row the sweep or a claim acts on makes the run send the
+// sweep, and the sweep acts on it: a forgotten start (deleted, no claim), a
+// leased row with no attempt left (dead-lettered), a waiting row (the claim
+// looks), a queued row (claimed and sent).
+func TestAnIdleRunSendsOnlyItsIdleCheck(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	ctx := context.Background()
 	d, counter := b.countingDispatcher(t, 5, 50)
-	if s, err := d.Handle(context.Background(), json.RawMessage(`{}`)); err != nil || s != (dispatch.Summary{}) {
-		t.Fatalf("idle run = %+v, %v", s, err)
+	counter.record.Store(true)
+	const idle, sweep = "outbox/idle", "outbox/dead_letter_expired"
+	run := func(what string, event json.RawMessage) (dispatch.Summary, []string) {
+		t.Helper()
+		counter.take()
+		s, err := d.Handle(ctx, event)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return s, counter.take()
 	}
-	if n := counter.n.Load(); n != 1 {
-		t.Errorf("an idle run sent %d statements, want 1 (the sweep)", n)
+	if s, sent := run("idle run", json.RawMessage(`{}`)); s != (dispatch.Summary{}) || !slices.Equal(sent, []string{idle}) {
+		t.Errorf("an idle run = %+v and sent %v; want nothing done and only %s", s, sent, idle)
 	}
 	other := b.f.NewID(t)
 	b.f.Command(t, testenv.CommandOpts{OrganizationID: other,
 		ConnectionID: b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: other}), EntityID: b.po})
-	counter.n.Store(0)
-	if s, err := d.Handle(context.Background(), wakeEvent(b.org)); err != nil || s != (dispatch.Summary{}) {
-		t.Fatalf("wake-up of an idle organization = %+v, %v", s, err)
+	if s, sent := run("wake-up of an idle organization", wakeEvent(b.org)); s != (dispatch.Summary{}) || !slices.Equal(sent, []string{idle}) {
+		t.Errorf("the wake-up of an idle organization = %+v and sent %v; want nothing done and only %s", s, sent, idle)
 	}
-	if n := counter.n.Load(); n != 1 {
-		t.Errorf("the wake-up of an idle organization sent %d statements, want 1", n)
+
+	// A forgotten start (a push that crashed before its record, eleven
+	// minutes ago): the sweep deletes it; nothing to claim.
+	done := b.commands(t, 1, testenv.CommandOpts{Status: "completed", AttemptCount: 1})[0]
+	if _, err := b.f.Pool.Exec(ctx, `insert into integration_outbox_starts (claim_token, outbox_id, organization_id, started_at, created_at)
+		values (gen_random_uuid(), $1, $2, now() - interval '11 minutes', now() - interval '11 minutes')`, done, b.org); err != nil {
+		t.Fatal(err)
 	}
+	if s, sent := run("a forgotten start", wakeEvent(b.org)); s != (dispatch.Summary{}) || !slices.Equal(sent, []string{idle, sweep}) {
+		t.Errorf("a run with a forgotten start = %+v and sent %v; want nothing claimed, %s then %s", s, sent, idle, sweep)
+	}
+	if n := b.f.Count(t, `select count(*) from integration_outbox_starts`); n != 0 {
+		t.Errorf("%d starts left, want the forgotten one deleted", n)
+	}
+
+	// A leased row whose lease expired after its last attempt: the sweep
+	// ends it.
+	exhausted := b.commands(t, 1, testenv.CommandOpts{Status: "processing", AttemptCount: 10})[0]
+	if _, err := b.f.Pool.Exec(ctx, `update external_integration_outbox set claim_token = gen_random_uuid(),
+		lease_expires_at = now() - interval '1 minute', started_at = now() - interval '2 minutes' where id = $1`, exhausted); err != nil {
+		t.Fatal(err)
+	}
+	if _, sent := run("an exhausted row", wakeEvent(b.org)); len(sent) < 2 || sent[0] != idle || sent[1] != sweep {
+		t.Errorf("a run with an exhausted row sent %v; want %s then %s first", sent, idle, sweep)
+	}
+	if r := b.f.Row(t, exhausted); r.Status != "dead_letter" {
+		t.Errorf("the exhausted row is %s after the run, want dead_letter", r.Status)
+	}
+
+	// A row waiting for another (not due for an hour): the sweep says a
+	// claim could find something, and the run claims (nothing).
+	later := time.Now().Add(time.Hour)
+	waiting := b.commands(t, 1, testenv.CommandOpts{Status: "failed", NextAttemptAt: &later})[0]
+	if _, err := b.f.Pool.Exec(ctx, `update external_integration_outbox set waiting_for_outbox_id = $1 where id = $2`,
+		done, waiting); err != nil {
+		t.Fatal(err)
+	}
+	s, sent := run("a waiting row", wakeEvent(b.org))
+	if s != (dispatch.Summary{}) || len(sent) < 3 || sent[0] != idle || sent[1] != sweep || !slices.Contains(sent, "outbox/claim_scheduled") {
+		t.Errorf("a run with a waiting row = %+v and sent %v; want nothing claimed, %s, %s, then the claim", s, sent, idle, sweep)
+	}
+
 	ids := b.commands(t, 1, testenv.CommandOpts{})
-	counter.n.Store(0)
-	s, err := d.Handle(context.Background(), wakeEvent(b.org))
-	if err != nil || s.Claimed != 1 || s.Dispatched != 1 {
-		t.Fatalf("run with %v queued = %+v, %v", ids, s, err)
+	s, sent = run("a queued row", wakeEvent(b.org))
+	if s.Claimed != 1 || s.Dispatched != 1 {
+		t.Fatalf("run with %v queued = %+v", ids, s)
 	}
-	if n := counter.n.Load(); n < 3 {
-		t.Errorf("a run that claims sent %d statements; want the sweep, the claim's and the send's", n)
+	if len(sent) < 3 || sent[0] != idle || sent[1] != sweep || !slices.Contains(sent, "outbox/claim_scheduled") {
+		t.Errorf("a run that claims sent %v; want %s, %s, then the claim", sent, idle, sweep)
 	}
 }

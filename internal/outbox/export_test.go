@@ -65,5 +65,6 @@ func (s *Store) statementPlan(ctx context.Context, tx pgx.Tx, sql string, args p
 var (
 	ClaimSQL             = claimScheduledSQL
 	DeadLetterExpiredSQL = deadLetterExpiredSQL
+	IdleSQL              = idleSQL
 	RecordSQL            = recordSQL
 )

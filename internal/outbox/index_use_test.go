@@ -54,6 +54,11 @@ func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
 		"organization_id": nil, "ids": nil, "max_in_flight": 5000, "connection_max_in_flight": 10,
 		"after_organization": "00000000-0000-0000-0000-000000000000", "circuit_on": true}
 	deadLetterArgs := pgx.NamedArgs{"max_attempts": 10, "organization_id": nil, "ids": nil}
+	idleArgs := pgx.NamedArgs{"organization_id": nil, "ids": nil}
+	// A wake-up's: on this table, where one row in 33 is queued or failed,
+	// the unscoped probe of those rows is planned as a sequential scan that
+	// stops at the first (so is the sweep's own).
+	idleOrgArgs := pgx.NamedArgs{"organization_id": org, "ids": nil}
 	// A batch of 10 results, as a push function records them.
 	var results []string
 	for i := range 10 {
@@ -83,6 +88,13 @@ func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
 		{"external_integration_outbox_walk_unparked_idx", "dead_letter_expired.sql (queued and failed rows with a connection)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
 		{"external_integration_outbox_claim_orphan_idx", "dead_letter_expired.sql (queued and failed rows without one)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
 		{"external_integration_conflicts_open_outbox_idx", "dead_letter_expired.sql (one open conflict per row)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
+		// The idle check probes each claim index as the sweep does, and the
+		// waiting rows.
+		{"external_integration_outbox_walk_idx", "idle.sql (an organization's queued and failed rows with a connection)", outbox.IdleSQL, []any{idleOrgArgs}},
+		{"external_integration_outbox_claim_orphan_idx", "idle.sql (queued and failed rows without one)", outbox.IdleSQL, []any{idleArgs}},
+		{"external_integration_outbox_connection_leased_idx", "idle.sql (leased rows)", outbox.IdleSQL, []any{idleArgs}},
+		{"external_integration_outbox_follow_up_idx", "idle.sql (accepted rows)", outbox.IdleSQL, []any{idleArgs}},
+		{"external_integration_outbox_waiting_idx", "idle.sql (waiting rows)", outbox.IdleSQL, []any{idleArgs}},
 		{"external_integration_outbox_enqueue_key_idx", "integration_outbox_enqueue_existing (enqueued keys)", existingSQL, []any{org, "key-42"}},
 		{"external_integration_outbox_legacy_key_idx", "integration_outbox_enqueue_existing (the host's older keys)", existingSQL, []any{org, "key-1042"}},
 		{"external_integration_outbox_waiting_idx", "record.sql (the rows waiting for a row that ends)", outbox.RecordSQL, []any{recordArgs}},

@@ -209,9 +209,9 @@ func hostCompiles(t *testing.T, f *testenv.Fixture) {
 
 // runStatements runs the outbox's statements through s as the functions
 // run them, in one transaction rolled back at the end (so the shape stays
-// as loaded): the sweep, the scheduled claim, the start and the record of
-// what it claimed, the listed claim of up to 50 other due rows and their
-// release (the oldest 50 queued rows but the followers', as a rerun lists
+// as loaded): the idle check, the sweep, the scheduled claim, the start and
+// the record of what it claimed, the listed claim of up to 50 other due
+// rows and their release (the oldest 50 queued rows but the followers', as a rerun lists
 // rows that failed before the newer ones were queued).
 func runStatements(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
@@ -223,6 +223,9 @@ func runStatements(t *testing.T, pool *pgxpool.Pool) {
 	defer tx.Rollback(ctx)
 	s := outbox.NewStore(tx).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
 	p := outbox.ClaimParams{Limit: 50, MaxAttempts: 10, Lease: 15 * time.Minute, MaxInFlight: 5000, ConnectionMaxInFlight: 10}
+	if idle, err := s.Idle(ctx, p); err != nil || idle {
+		t.Fatalf("Idle = %v, %v; want false: rows are due", idle, err)
+	}
 	if _, err := s.DeadLetterExpired(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -272,8 +275,8 @@ func endClaim(t *testing.T, tx pgx.Tx) {
 }
 
 // TestNoStatementOfOursIsJITCompiled runs the outbox's statements (the
-// sweep, both claims, start, record, release) on 1M-row outboxes of four
-// shapes (one tenant; one tenant with 10,000 commands of one purchase order
+// idle check, the sweep, both claims, start, record, release) on 1M-row
+// outboxes of four shapes (one tenant; one tenant with 10,000 commands of one purchase order
 // behind its command in flight; 1,000 tenants; 1,000 tenants with 9% of
 // the pages all-visible), on databases where JIT is on and compiles every
 // statement whatever its cost (jit_above_cost 0), through a pool set up as
@@ -308,7 +311,7 @@ func TestNoStatementOfOursIsJITCompiled(t *testing.T) {
 					shape, name, p.Cost, defaultJITAboveCost, p.Took)
 			}
 		}
-		for _, want := range []string{"claim_setup", "claim_scheduled", "claim_listed", "dead_letter_expired", "start", "record", "release"} {
+		for _, want := range []string{"idle", "claim_setup", "claim_scheduled", "claim_listed", "dead_letter_expired", "start", "record", "release"} {
 			if !seen[want] {
 				t.Errorf("%s: auto_explain logged no plan of %s (logged: %v)", shape, want, seen)
 			}

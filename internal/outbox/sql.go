@@ -31,6 +31,7 @@ var (
 	claimScheduledSQL    = statement("claim_scheduled")
 	claimListedSQL       = statement("claim_listed")
 	resetCircuitsSQL     = statement("reset_circuits")
+	idleSQL              = statement("idle")
 	deadLetterExpiredSQL = statement("dead_letter_expired")
 	releaseSQL           = statement("release")
 	unsupportedSQL       = statement("mark_unsupported")

@@ -384,6 +384,21 @@ func (s *Store) DeadLetterExpired(ctx context.Context, p ClaimParams) (int, erro
 	return sw.DeadLettered, err
 }
 
+// Idle reports whether a dispatch run in the scope of p (its
+// OrganizationID and IDs) has nothing to do: no row that the sweep
+// (Sweep) could end or a claim could take, and no start the sweep would
+// delete. It reads two tables and writes nothing (sql/idle.sql), so that an
+// idle run on a new connection does not pay for parsing and planning the
+// sweep.
+func (s *Store) Idle(ctx context.Context, p ClaimParams) (bool, error) {
+	org, ids := p.scope()
+	var idle bool
+	if err := s.db.QueryRow(ctx, idleSQL, pgx.NamedArgs{"organization_id": org, "ids": ids}).Scan(&idle); err != nil {
+		return false, fmt.Errorf("checking for work to dispatch: %w", sqlfile.Wrap("outbox/idle", err))
+	}
+	return idle, nil
+}
+
 // Sweep is what a dispatch run's sweep found.
 type Sweep struct {
 	// DeadLettered is how many rows with no attempt left it ended.
