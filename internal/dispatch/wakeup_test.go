@@ -211,7 +211,10 @@ func BenchmarkWakeUp(b *testing.B) {
 			for bb.Loop() {
 				if due > 0 {
 					bb.StopTimer()
-					env.f.Command(bb, testenv.CommandOpts{OrganizationID: env.org, ConnectionID: env.conn, EntityID: env.po})
+					// An order of its own: the last run's command is still in
+					// flight, and per-entity order would hold one of its order.
+					po := env.f.PurchaseOrder(bb, env.org, "", 1)
+					env.f.Command(bb, testenv.CommandOpts{OrganizationID: env.org, ConnectionID: env.conn, EntityID: po})
 					bb.StartTimer()
 				}
 				counter.n.Store(0)

@@ -124,6 +124,17 @@ func TestIdleIsFalseWhenTheSweepOrAClaimWouldDoSomething(t *testing.T) {
 			}
 			return id
 		}},
+		// A parked follower (claim_scheduled.sql) is in no claim index but
+		// the waiting one; with its awaited row gone the sweep wakes it.
+		{name: "a parked follower whose awaited row is gone", claimable: true, add: func(t *testing.T, b bundle) string {
+			id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+			if _, err := b.f.Pool.Exec(context.Background(), `update external_integration_outbox
+				set waiting_for_outbox_id = gen_random_uuid(), next_attempt_at = created_at + interval '1 second'
+				where id = $1`, id); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -90,7 +90,7 @@ func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
 		{"external_integration_conflicts_open_outbox_idx", "dead_letter_expired.sql (one open conflict per row)", outbox.DeadLetterExpiredSQL, []any{deadLetterArgs}},
 		// The idle check probes each claim index as the sweep does, and the
 		// waiting rows.
-		{"external_integration_outbox_walk_idx", "idle.sql (an organization's queued and failed rows with a connection)", outbox.IdleSQL, []any{idleOrgArgs}},
+		{"external_integration_outbox_walk_unparked_idx", "idle.sql (an organization's queued and failed rows with a connection)", outbox.IdleSQL, []any{idleOrgArgs}},
 		{"external_integration_outbox_claim_orphan_idx", "idle.sql (queued and failed rows without one)", outbox.IdleSQL, []any{idleArgs}},
 		{"external_integration_outbox_connection_leased_idx", "idle.sql (leased rows)", outbox.IdleSQL, []any{idleArgs}},
 		{"external_integration_outbox_follow_up_idx", "idle.sql (accepted rows)", outbox.IdleSQL, []any{idleArgs}},
