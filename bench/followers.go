@@ -31,7 +31,16 @@ type followersClaim struct {
 	// Server is the claim statement's server side over the measured
 	// claims (pg_stat_statements), without the followers and with them.
 	Server [2]claimServer
+	// ListedWithout, ListedWith and ListedServer are the same for the
+	// listed claim (a rerun's dispatchNow) of listedRows due rows of the
+	// backlog's connection, newer than the backlog.
+	ListedWithout, ListedWith []time.Duration
+	ListedServer              [2]claimServer
 }
+
+// listedRows is how many rows the followers measurement's listed claim
+// names.
+const listedRows = 10
 
 // claimServer is what the claim statement cost the server per call.
 type claimServer struct {
@@ -45,26 +54,41 @@ func (f followersClaim) ratio() float64 {
 	return float64(median(f.With)) / float64(median(f.Without))
 }
 
-// readClaimServer reads the claim statement's pg_stat_statements entry of
-// conn's database.
-func readClaimServer(ctx context.Context, conn *pgx.Conn) (claimServer, error) {
+func (f followersClaim) listedRatio() float64 {
+	return float64(median(f.ListedWith)) / float64(median(f.ListedWithout))
+}
+
+// The pg_stat_statements texts of the two claims, as LIKE patterns.
+const (
+	scheduledClaimLike = "%with recursive budget%"
+	listedClaimLike    = "%), listed as (%"
+)
+
+// readClaimServer reads the pg_stat_statements entry of conn's database
+// of the claim statement whose text is like.
+func readClaimServer(ctx context.Context, conn *pgx.Conn, like string) (claimServer, error) {
 	var s claimServer
 	err := conn.QueryRow(ctx, `
 		select coalesce(sum(s.calls), 0)::bigint,
 		    coalesce(sum(s.total_exec_time) / nullif(sum(s.calls), 0), 0),
 		    coalesce(sum(s.shared_blks_hit + s.shared_blks_read)::float8 / nullif(sum(s.calls), 0), 0)
 		from pg_stat_statements s join pg_database d on d.oid = s.dbid
-		where d.datname = current_database() and s.toplevel and s.query like '%with recursive budget%'`).Scan(&s.Calls, &s.ExecMs, &s.Hits)
+		where d.datname = current_database() and s.toplevel and s.query like $1`, like).Scan(&s.Calls, &s.ExecMs, &s.Hits)
 	if err != nil {
 		return s, fmt.Errorf("reading the claim's pg_stat_statements entry: %w", err)
 	}
 	return s, nil
 }
 
-// readClaims is readClaimServer, checked to have counted the runs measured
-// claims since the statements were reset.
+// readClaims is readClaimServer of the scheduled claim, checked to have
+// counted the runs measured claims since the statements were reset.
 func readClaims(ctx context.Context, conn *pgx.Conn, runs int) (claimServer, error) {
-	s, err := readClaimServer(ctx, conn)
+	return readClaimsLike(ctx, conn, scheduledClaimLike, runs)
+}
+
+// readClaimsLike is readClaims of the claim statement whose text is like.
+func readClaimsLike(ctx context.Context, conn *pgx.Conn, like string, runs int) (claimServer, error) {
+	s, err := readClaimServer(ctx, conn, like)
 	if err == nil && s.Calls != int64(runs) {
 		err = fmt.Errorf("pg_stat_statements counted %d claims, want %d", s.Calls, runs)
 	}
@@ -119,7 +143,7 @@ const parkClaims = followersBacklog/100 + 2
 // committed, as the dispatch runs would before the measured claims: the
 // claims that meet the backlog park it. Both databases of the measurement
 // run the same claims. With followers, every one must be parked after them.
-func parkFollowers(ctx context.Context, conn *pgx.Conn, followers int) error {
+func parkFollowers(ctx context.Context, conn *pgx.Conn, followers int, listed *[]string) error {
 	org, err := loadFollowers(ctx, conn, followers)
 	if err != nil {
 		return err
@@ -140,7 +164,45 @@ func parkFollowers(ctx context.Context, conn *pgx.Conn, followers int) error {
 	if parked != followers {
 		return fmt.Errorf("%d claims parked %d of the %d followers", parkClaims, parked, followers)
 	}
-	return nil
+	// The listed claim's rows: due commands of the backlog's connection,
+	// each of its own order, newer than the backlog.
+	rows, err := conn.Query(ctx, `
+		with c as (
+		    select distinct integration_connection_id as id from external_integration_outbox
+		    where organization_id = $1 and idempotency_key like 'idem-follower-%')
+		insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+		    local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count)
+		select $1, c.id, 'sandbox', 'push_purchase_order', 'purchase_order', gen_random_uuid(),
+		    '{"externalSupplierId": "SUP-1"}', 'idem-listed-' || g, 'queued', 0
+		from generate_series(1, $2::int) g cross join c
+		returning id::text`, org, listedRows)
+	if err != nil {
+		return fmt.Errorf("adding the listed claim's rows: %w", err)
+	}
+	*listed, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err == nil && len(*listed) != listedRows {
+		err = fmt.Errorf("added %d rows for the listed claim, want %d", len(*listed), listedRows)
+	}
+	return err
+}
+
+// listedClaimOnce times one listed claim of ids (a rerun's dispatchNow), no
+// connection cap, rolled back, and checks it took them all.
+func listedClaimOnce(ctx context.Context, conn *pgx.Conn, ids []string) (time.Duration, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	began := time.Now()
+	store := outbox.NewStore(tx).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
+	b, err := store.ClaimBatch(ctx, outbox.ClaimParams{Limit: len(ids), IDs: ids, MaxAttempts: 10,
+		Lease: 900 * time.Second, MaxInFlight: 5000})
+	took := time.Since(began)
+	if err == nil && len(b.Claims) != len(ids) {
+		err = fmt.Errorf("listed claim took %d of its %d rows", len(b.Claims), len(ids))
+	}
+	return took, err
 }
 
 // measureFollowers measures the fair, capped claim (as measureFairClaims) on
@@ -151,17 +213,28 @@ func parkFollowers(ctx context.Context, conn *pgx.Conn, followers int) error {
 // that holds the backlog. The databases take turns claim by claim.
 func measureFollowers(ctx context.Context, log *slog.Logger, env *benchEnv, rows, runs int) (res followersClaim, err error) {
 	res = followersClaim{Rows: rows, Followers: followersBacklog}
-	samples, server, err := alternateFairClaims(ctx, log, env, rows, runs,
-		func(ctx context.Context, conn *pgx.Conn) error { return parkFollowers(ctx, conn, 0) },
-		func(ctx context.Context, conn *pgx.Conn) error { return parkFollowers(ctx, conn, followersBacklog) })
+	listed := make([][]string, 2)
+	claims := []benchClaim{fairBenchClaim, {like: listedClaimLike,
+		once: func(ctx context.Context, conn *pgx.Conn, db int) (time.Duration, error) {
+			return listedClaimOnce(ctx, conn, listed[db])
+		}}}
+	samples, server, err := alternateClaims(ctx, log, env, rows, runs, claims,
+		func(ctx context.Context, conn *pgx.Conn) error { return parkFollowers(ctx, conn, 0, &listed[0]) },
+		func(ctx context.Context, conn *pgx.Conn) error {
+			return parkFollowers(ctx, conn, followersBacklog, &listed[1])
+		})
 	if err != nil {
 		return res, err
 	}
-	res.Without, res.With, res.Server = samples[0], samples[1], [2]claimServer{server[0], server[1]}
+	res.Without, res.With, res.Server = samples[0][0], samples[0][1], [2]claimServer{server[0][0], server[0][1]}
+	res.ListedWithout, res.ListedWith = samples[1][0], samples[1][1]
+	res.ListedServer = [2]claimServer{server[1][0], server[1][1]}
 	log.Info("followers measured", "without", median(res.Without), "with", median(res.With),
 		"ratio", fmt.Sprintf("%.2f", res.ratio()),
 		"serverWithoutMs", res.Server[0].ExecMs, "serverWithMs", res.Server[1].ExecMs,
-		"hitsWithout", res.Server[0].Hits, "hitsWith", res.Server[1].Hits)
+		"hitsWithout", res.Server[0].Hits, "hitsWith", res.Server[1].Hits,
+		"listedRatio", fmt.Sprintf("%.2f", res.listedRatio()),
+		"listedServerWithoutMs", res.ListedServer[0].ExecMs, "listedServerWithMs", res.ListedServer[1].ExecMs)
 	return res, nil
 }
 
@@ -173,7 +246,35 @@ func measureFollowers(ctx context.Context, log *slog.Logger, env *benchEnv, rows
 // measured ones. It returns each database's measured durations and its
 // claim statement's server side over them, and drops the databases.
 func alternateFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, rows, runs int,
-	prepares ...func(context.Context, *pgx.Conn) error) (_ [][]time.Duration, _ []claimServer, err error) {
+	prepares ...func(context.Context, *pgx.Conn) error) ([][]time.Duration, []claimServer, error) {
+	samples, server, err := alternateClaims(ctx, log, env, rows, runs, []benchClaim{fairBenchClaim}, prepares...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return samples[0], server[0], nil
+}
+
+// benchClaim is a claim alternateClaims times: its pg_stat_statements text
+// (a LIKE pattern) and one claim of it on database db, rolled back.
+type benchClaim struct {
+	like string
+	once func(ctx context.Context, conn *pgx.Conn, db int) (time.Duration, error)
+}
+
+// fairBenchClaim is the fair, capped claim, its rotation starting at the
+// zero organization.
+var fairBenchClaim = benchClaim{like: scheduledClaimLike,
+	once: func(ctx context.Context, conn *pgx.Conn, _ int) (time.Duration, error) {
+		d, _, err := fairClaimOnce(ctx, conn, "00000000-0000-0000-0000-000000000000")
+		return d, err
+	}}
+
+// alternateClaims is alternateFairClaims for each claim of claims: in each
+// round, each claim in turn on each database in turn. It returns, per claim,
+// each database's measured durations and that claim statement's server
+// side over them.
+func alternateClaims(ctx context.Context, log *slog.Logger, env *benchEnv, rows, runs int, claims []benchClaim,
+	prepares ...func(context.Context, *pgx.Conn) error) (_ [][][]time.Duration, _ [][]claimServer, err error) {
 	var conns []*pgx.Conn
 	defer func() {
 		for _, c := range conns {
@@ -202,8 +303,10 @@ func alternateFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, r
 			return nil, nil, fmt.Errorf("database %d: %w", i, err)
 		}
 	}
-	const zero = "00000000-0000-0000-0000-000000000000"
-	samples := make([][]time.Duration, len(conns))
+	samples := make([][][]time.Duration, len(claims))
+	for k := range claims {
+		samples[k] = make([][]time.Duration, len(conns))
+	}
 	for round := range claimWarmup + runs {
 		if round == claimWarmup {
 			for _, conn := range conns {
@@ -212,21 +315,26 @@ func alternateFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, r
 				}
 			}
 		}
-		for i, conn := range conns {
-			d, _, err := fairClaimOnce(ctx, conn, zero)
-			if err != nil {
-				return nil, nil, fmt.Errorf("claim on database %d: %w", i, err)
-			}
-			if round >= claimWarmup {
-				samples[i] = append(samples[i], d)
+		for k, c := range claims {
+			for i, conn := range conns {
+				d, err := c.once(ctx, conn, i)
+				if err != nil {
+					return nil, nil, fmt.Errorf("claim on database %d: %w", i, err)
+				}
+				if round >= claimWarmup {
+					samples[k][i] = append(samples[k][i], d)
+				}
 			}
 		}
 	}
-	server := make([]claimServer, len(conns))
-	for i, conn := range conns {
-		var err error
-		if server[i], err = readClaims(ctx, conn, runs); err != nil {
-			return nil, nil, err
+	server := make([][]claimServer, len(claims))
+	for k, c := range claims {
+		server[k] = make([]claimServer, len(conns))
+		for i, conn := range conns {
+			var err error
+			if server[k][i], err = readClaimsLike(ctx, conn, c.like, runs); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	return samples, server, nil
@@ -248,5 +356,11 @@ func followersMarkdown(f *followersClaim) string {
 	w, k := f.Server[0], f.Server[1]
 	p("| Server execution per claim (mean) | %.2f ms | %.2f ms | %s | ≤ 1.50× |\n", w.ExecMs, k.ExecMs, x(k.ExecMs/w.ExecMs))
 	p("| Shared buffers per claim (mean) | %.0f | %.0f | %s | |\n", w.Hits, k.Hits, x(k.Hits/w.Hits))
+	p("\nThe listed claim (a rerun's `dispatchNow`) of %d due commands of that connection, each of its own order and newer than the backlog, added after the parking claims; no connection cap; in the same rounds, rolled back:\n\n", listedRows)
+	p("| Measure | Without the backlog | With it | Ratio | Target |\n|---|---|---|---|---|\n")
+	p("| Median listed claim | %s | %s | %s | ≤ 1.50× |\n", ms(median(f.ListedWithout)), ms(median(f.ListedWith)), x(f.listedRatio()))
+	w, k = f.ListedServer[0], f.ListedServer[1]
+	p("| Server execution per listed claim (mean) | %.2f ms | %.2f ms | %s | ≤ 1.50× |\n", w.ExecMs, k.ExecMs, x(k.ExecMs/w.ExecMs))
+	p("| Shared buffers per listed claim (mean) | %.0f | %.0f | %s | |\n", w.Hits, k.Hits, x(k.Hits/w.Hits))
 	return b.String()
 }

@@ -70,9 +70,9 @@ with exhausted as (
     select * from expired
 ), woken as (
     -- The rows waiting for a row ended here are due now, as when the
-    -- record ends it (record.sql's woken step).
+    -- record ends it (record.sql's woken step), due since their creation.
     update external_integration_outbox w
-    set next_attempt_at = now(),
+    set next_attempt_at = least(now(), w.created_at),
         waiting_for_outbox_id = case when w.status = 'queued' then null else w.waiting_for_outbox_id end,
         updated_at = now()
     from expired e
@@ -87,7 +87,7 @@ with exhausted as (
     -- parked this one; a statement that wakes nobody ended it) is due
     -- again. It reads every parked row of the scope (the waiting index).
     update external_integration_outbox w
-    set next_attempt_at = now(), waiting_for_outbox_id = null, updated_at = now()
+    set next_attempt_at = least(now(), w.created_at), waiting_for_outbox_id = null, updated_at = now()
     where w.waiting_for_outbox_id is not null and w.status = 'queued'
       and (@organization_id::uuid is null or w.organization_id = @organization_id)
       and (@ids::text[] is null or w.id = any(@ids::text[]::uuid[]))

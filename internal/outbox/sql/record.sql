@@ -96,9 +96,12 @@ with res as (
     -- makes the rows waiting for it (waiting_for_outbox_id) due now, their
     -- command's load then finds what they waited for. Rows of this record
     -- are its own. A parked follower (queued: claim_scheduled.sql) comes
-    -- back into the claim's walk index.
+    -- back into the claim's walk index. Due since its creation, not since
+    -- now(): now() is this transaction's start, and a claim whose own
+    -- transaction began before it would not find the row due yet (and the
+    -- run, no longer waiting for this one, would end without it).
     update external_integration_outbox w
-    set next_attempt_at = now(),
+    set next_attempt_at = least(now(), w.created_at),
         waiting_for_outbox_id = case when w.status = 'queued' then null else w.waiting_for_outbox_id end,
         updated_at = now()
     from updated u
