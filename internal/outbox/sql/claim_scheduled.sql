@@ -304,8 +304,7 @@ with recursive budget as (
     cross join lateral (
         select d.*
         from (
-            select d.id, d.organization_id, d.integration_connection_id, d.created_at, d.next_attempt_at,
-                d.attempt_count, d.local_entity_type, d.local_entity_id
+            select d.id
             from external_integration_outbox d
             where d.organization_id = w.org and d.integration_connection_id = w.conn
               and d.status in ('queued', 'failed')
