@@ -21,6 +21,21 @@
 with req as (
     select * from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[], @connection_ids::text[]::uuid[], @lease_until::timestamptz[])
         as r(id, organization_id, claim_token, connection_id, lease_until)
+), locked as (
+    -- The rows still claimed for the request's tokens, share-locked: a
+    -- record of the same claim committed after this statement's snapshot
+    -- (a duplicate delivery's) is seen here on the row's latest version,
+    -- which is no longer processing, and the row is left out; without it,
+    -- the record's delete of its start would let this insert go in.
+    select o.id
+    from req
+    join external_integration_outbox o
+        on o.id = req.id and o.organization_id = req.organization_id
+       and o.integration_connection_id is not distinct from req.connection_id
+       and o.claim_token = req.claim_token
+    where o.status = 'processing' and o.started_at is null
+      and o.lease_expires_at > now()
+    for share of o
 ), claimed as (
     -- The rows still claimed for the request's token, under a live lease;
     -- covered when that lease lasts to the end of the push. (started_at is
@@ -36,6 +51,7 @@ with req as (
        and o.claim_token = req.claim_token
     where o.status = 'processing' and o.started_at is null
       and o.lease_expires_at > now()
+      and o.id in (select l.id from locked l)
     order by o.claim_token
 ), started as (
     insert into integration_outbox_starts (claim_token, outbox_id, organization_id, started_at)
