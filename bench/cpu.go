@@ -89,6 +89,21 @@ func procTimes(pid int) (own, children time.Duration) {
 	return ticks(f[11:13]), ticks(f[13:15])
 }
 
+// procRunTime returns the time pid has spent on a CPU, to the nanosecond
+// (/proc/<pid>/schedstat's first field); 0 where it cannot be read.
+func procRunTime(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/schedstat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	ns, _ := strconv.ParseInt(f[0], 10, 64)
+	return time.Duration(ns)
+}
+
 // childrenOf lists the pids whose parent is pid.
 func childrenOf(pid int) []int {
 	var out []int

@@ -19,6 +19,11 @@ import (
 // with our objects installed, over the host-only database's.
 const targetWALPerInsert = 1.25
 
+// targetEnqueue bounds a call of integration_outbox_enqueue over the host's
+// plain insert of the same row, on the same database: the server's CPU per
+// call and the WAL per insert.
+const targetEnqueue = 1.15
+
 // walSchema is one database the host's inserts are measured on: the host's
 // tables alone, or with our migrations applied up to Version.
 type walSchema struct {
@@ -39,8 +44,11 @@ var walSchemas = []walSchema{
 	{Name: "ours up to migration 7", Version: 7},
 	{Name: "ours up to migration 9", Version: 9},
 	{Name: "ours up to migration 10", Version: 10},
-	{Name: "ours, every migration", Version: -1},
+	{Name: everyMigration, Version: -1},
 }
+
+// everyMigration names the schema with every migration applied.
+const everyMigration = "ours, every migration"
 
 // walRun is one schema's measurement.
 type walRun struct {
@@ -53,6 +61,7 @@ type walRun struct {
 	// INSERT, and integration_outbox_enqueue (absent on the host-only
 	// database).
 	Host, Enqueue walBatch
+	CPU           walCPU // on the installed schemas
 }
 
 type walBatch struct {
@@ -60,6 +69,27 @@ type walBatch struct {
 	WAL     int64 // bytes, pg_current_wal_lsn() after - before
 	Took    time.Duration
 }
+
+// walCPU is the server's CPU time of the host's inserts and of the enqueue
+// calls, taken in alternating rounds on one session: the time its backend
+// process spent on a CPU (/proc/<pid>/schedstat), every call's parse, plan,
+// execution and commit.
+type walCPU struct {
+	Calls         int // of each
+	Host, Enqueue time.Duration
+}
+
+// perCall is d per call, in milliseconds.
+func (c walCPU) perCall(d time.Duration) float64 {
+	return float64(d.Nanoseconds()) / 1e6 / float64(max(c.Calls, 1))
+}
+
+// cpuRounds and cpuRoundCalls: the rounds of walCPU, each cpuRoundCalls host
+// inserts then as many enqueue calls.
+const (
+	cpuRounds     = 10
+	cpuRoundCalls = 500
+)
 
 func (b walBatch) perInsert() float64 { return float64(b.WAL) / float64(max(b.Inserts, 1)) }
 func (b walBatch) rate() float64      { return float64(b.Inserts) / max(b.Took.Seconds(), 1e-9) }
@@ -191,6 +221,9 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 		if res.Enqueue, err = walBatchOf(ctx, conn, enqueueSQL, "enqueue", n, payload); err != nil {
 			return res, fmt.Errorf("enqueues: %w", err)
 		}
+		if res.CPU, err = walCPUOf(ctx, conn, payload); err != nil {
+			return res, fmt.Errorf("server CPU of the inserts and enqueues: %w", err)
+		}
 	}
 	return res, nil
 }
@@ -209,9 +242,7 @@ func walBatchOf(ctx context.Context, conn *pgx.Conn, stmt, keyPrefix string, n i
 	}
 	began := time.Now()
 	for i := range n {
-		org := fmt.Sprintf("00000000-0000-4000-8000-%012d", i%1000)
-		connID := fmt.Sprintf("00000000-0000-4000-9000-%012d", i%1000)
-		if _, err := conn.Exec(ctx, stmt, org, connID, fmt.Sprintf("%s-%d", keyPrefix, i), payload); err != nil {
+		if err := walInsert(ctx, conn, stmt, i, fmt.Sprintf("%s-%d", keyPrefix, i), payload); err != nil {
 			return b, err
 		}
 	}
@@ -220,6 +251,45 @@ func walBatchOf(ctx context.Context, conn *pgx.Conn, stmt, keyPrefix string, n i
 		return b, err
 	}
 	return b, nil
+}
+
+// walInsert is the i-th insert of a batch: stmt, sent as node-postgres
+// sends a parameterised query (an unnamed statement, planned per call), for
+// the i-th organization of the load and its connection.
+func walInsert(ctx context.Context, conn *pgx.Conn, stmt string, i int, key, payload string) error {
+	org := fmt.Sprintf("00000000-0000-4000-8000-%012d", i%1000)
+	connID := fmt.Sprintf("00000000-0000-4000-9000-%012d", i%1000)
+	_, err := conn.Exec(ctx, stmt, pgx.QueryExecModeExec, org, connID, key, payload)
+	return err
+}
+
+// walCPUOf measures walCPU on conn: cpuRounds rounds of cpuRoundCalls host
+// inserts, then as many enqueue calls, each call its own transaction.
+func walCPUOf(ctx context.Context, conn *pgx.Conn, payload string) (walCPU, error) {
+	c := walCPU{Calls: cpuRounds * cpuRoundCalls}
+	var backend int
+	if err := conn.QueryRow(ctx, `select pg_backend_pid()`).Scan(&backend); err != nil {
+		return c, err
+	}
+	for r := range cpuRounds {
+		for _, k := range []struct {
+			stmt, prefix string
+			into         *time.Duration
+		}{{hostInsertSQL, "cpu-host", &c.Host}, {enqueueSQL, "cpu-enqueue", &c.Enqueue}} {
+			before := procRunTime(backend)
+			for i := range cpuRoundCalls {
+				if err := walInsert(ctx, conn, k.stmt, i, fmt.Sprintf("%s-%d-%d", k.prefix, r, i), payload); err != nil {
+					return c, err
+				}
+			}
+			after := procRunTime(backend)
+			if before == 0 || after <= before {
+				return c, fmt.Errorf("read no CPU time of the backend %d (/proc/%d/schedstat; is the server on this machine?)", backend, backend)
+			}
+			*k.into += after - before
+		}
+	}
+	return c, nil
 }
 
 // walRows are the table's rows: each installed schema's WAL per host insert
@@ -244,6 +314,18 @@ func walRows(runs []walRun) []tableRow {
 			fmt.Sprintf("%s; rate %s", x(ratio), x(r.Host.rate()/host.Host.rate())),
 			fmt.Sprintf("≤ %.2f×", targetWALPerInsert), status(ratio <= targetWALPerInsert)})
 	}
+	for _, r := range runs {
+		if r.Schema != everyMigration || r.Enqueue.Inserts == 0 {
+			continue
+		}
+		hostCPU, enqueueCPU := r.CPU.perCall(r.CPU.Host), r.CPU.perCall(r.CPU.Enqueue)
+		cpu, wal := enqueueCPU/hostCPU, r.Enqueue.perInsert()/r.Host.perInsert()
+		t = append(t, tableRow{"9", fmt.Sprintf("`integration_outbox_enqueue` against the host's plain insert of the same row, %s-row outbox, %s (migration %d): server CPU per call (parse, plan, execution, commit); WAL per insert", rows(r.Rows), r.Schema, r.Version),
+			fmt.Sprintf("%.3f ms; %.0f B", enqueueCPU, r.Enqueue.perInsert()),
+			fmt.Sprintf("plain insert: %.3f ms; %.0f B", hostCPU, r.Host.perInsert()),
+			fmt.Sprintf("CPU %s; WAL %s", x(cpu), x(wal)),
+			fmt.Sprintf("≤ %.2f× each", targetEnqueue), status(cpu <= targetEnqueue && wal <= targetEnqueue)})
+	}
 	return t
 }
 
@@ -267,9 +349,10 @@ func walMarkdown(runs []walRun) string {
 			sizes = append(sizes, rows(r.Rows))
 		}
 	}
-	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`), at each size: %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, the payload %s), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. The rate is inserts over the batch's wall time. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`); from migration 11 a queued row due at once (the host's insert sets `next_attempt_at` to `now()`, its `created_at`) enters no index of the per-entity order either: the host's insert writes one entry into an index of ours, `_walk_idx` (48-byte entries since migration 11).\n",
+	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`), at each size: %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, the payload %s), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. Every insert is sent as node-postgres sends a parameterised query (an unnamed statement, planned per call). The rate is inserts over the batch's wall time. Then, on the installed schemas, the server's CPU per call: %d rounds of %d host inserts, then as many calls of `integration_outbox_enqueue`, each its own transaction, on the same session; the CPU is the time its backend process spent on a CPU over each round's calls (`/proc/<pid>/schedstat`), which counts what `pg_stat_statements`' execution time leaves out of a plain insert (its parse and plan) and the commit of each. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`); from migration 11 a queued row due at once (the host's insert sets `next_attempt_at` to `now()`, its `created_at`) enters no index of the per-entity order either: the host's insert writes one entry into an index of ours, `_walk_idx` (48-byte entries since migration 11).\n",
 		strings.Join(names, "; "), strings.Join(sizes, " and "), runs[0].Host.Inserts,
-		fmt.Sprintf("`%s` (%q)", strings.Join(strings.Fields(walPayloads[runs[0].Payload]), " "), runs[0].Payload))
+		fmt.Sprintf("`%s` (%q)", strings.Join(strings.Fields(walPayloads[runs[0].Payload]), " "), runs[0].Payload),
+		cpuRounds, cpuRoundCalls)
 }
 
 // setFullPageWrites restarts the cluster with full_page_writes on (a

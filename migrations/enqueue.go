@@ -5,25 +5,72 @@ import (
 	"database/sql"
 	_ "embed"
 	"fmt"
+	"strings"
+	"text/template"
 
 	"github.com/pressly/goose/v3"
 )
 
 // Enqueue is the one definition (create or replace) of
 // integration_outbox_enqueue and integration_outbox_enqueue_existing, which
-// migrations 2, 6, 9 and 12 apply. It works at every schema version from 2
-// on: see the file's header for what it may use.
+// migrations 2, 6, 9, 12 and 22 apply. It works at every schema version
+// from 2 on: see the file's header for what it may use. Its names in double
+// braces are EnqueueNames, filled in by EnqueueSQL.
 //
 //go:embed enqueue/integration_outbox_enqueue.sql
 var Enqueue string
 
+var enqueueTemplate = template.Must(template.New("enqueue").Option("missingkey=error").Parse(Enqueue))
+
+// EnqueueNames are the schema-qualified names the enqueue functions use, so
+// that a call resolves them without setting the caller's search_path.
+type EnqueueNames struct {
+	Outbox, Connections string // the host's tables, as the search_path finds them
+	Schema              string // where the functions are created: the first schema of the search_path
+}
+
+// EnqueueSQL is Enqueue with names filled in.
+func EnqueueSQL(n EnqueueNames) (string, error) {
+	var b strings.Builder
+	if err := enqueueTemplate.Execute(&b, n); err != nil {
+		return "", fmt.Errorf("filling in the enqueue functions' names: %w", err)
+	}
+	return b.String(), nil
+}
+
+// enqueueNamesSQL reads EnqueueNames as the transaction's search_path finds
+// them: quoted where a name needs it, empty where nothing is found.
+const enqueueNamesSQL = `
+select coalesce((select format('%I.%I', n.nspname, c.relname) from pg_class c
+        join pg_namespace n on n.oid = c.relnamespace where c.oid = to_regclass('external_integration_outbox')), ''),
+    coalesce((select format('%I.%I', n.nspname, c.relname) from pg_class c
+        join pg_namespace n on n.oid = c.relnamespace where c.oid = to_regclass('integration_connections')), ''),
+    coalesce(quote_ident(current_schema()), '')`
+
 // applyEnqueue is the up step of a migration that changed the enqueue
-// function: it applies Enqueue. Earlier bodies are not kept anywhere, so no
-// down step puts one back; each leaves the functions as they are (Enqueue
-// works at the version it goes down to), and migration 2's drops them.
+// function: it applies Enqueue, its names read in the migration's
+// transaction. Earlier bodies are not kept anywhere, so no down step puts
+// one back; each leaves the functions as they are (Enqueue works at the
+// version it goes down to), and migration 2's drops them.
 func applyEnqueue() *goose.GoFunc {
 	return &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-		return execOwn(ctx, tx, Enqueue)
+		var n EnqueueNames
+		if err := tx.QueryRowContext(ctx, enqueueNamesSQL).Scan(&n.Outbox, &n.Connections, &n.Schema); err != nil {
+			return fmt.Errorf("reading where the host's tables are: %w", err)
+		}
+		switch {
+		case n.Outbox == "":
+			return fmt.Errorf("the host table external_integration_outbox does not exist in the search_path schema")
+		case n.Connections == "":
+			return fmt.Errorf("the host table integration_connections does not exist in the search_path schema")
+		case n.Schema == "":
+			return fmt.Errorf("no schema of the search_path exists to create the enqueue functions in")
+		}
+		stmts, err := EnqueueSQL(n)
+		if err != nil {
+			return err
+		}
+		return execOwn(ctx, tx, stmts)
 	}}
 }
 

@@ -548,3 +548,75 @@ func downTo(t *testing.T, url string, version int64) {
 		t.Fatalf("migrating down to %d: %v", version, err)
 	}
 }
+
+// The functions name the host's tables where the install found them, so a
+// caller's search_path does not matter: here it leads to a schema with
+// tables of the same names, which stay empty, while the host's tables in
+// public get the command; a repeated key and a key of the host's own rows
+// return the row they name (integration_outbox_enqueue_existing, named the
+// same way). Before migration 22 the functions set the search_path on every
+// call instead.
+func TestEnqueueUsesTheInstallsTablesWhateverTheCallersSearchPath(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := freshDB(t)
+	if _, err := conn.Exec(ctx, `create schema integration; create schema decoy;`+
+		seedOutboxTable("public.external_integration_outbox")+`
+		create table public.integration_connections (id uuid primary key default gen_random_uuid(),
+			organization_id uuid not null, location_id uuid, provider text not null,
+			credential_reference text, config_json jsonb not null default '{}', created_at timestamptz not null default now(),
+			updated_at timestamptz not null default now());`+
+		seedOutboxTable("decoy.external_integration_outbox")+`
+		create table decoy.integration_connections (id uuid primary key, organization_id uuid not null, provider text not null);`); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.Up(ctx, url+"&search_path=integration,public"); err != nil {
+		t.Fatal(err)
+	}
+	org := "00000000-0000-4000-8000-0000000000ee"
+	var connID, hostRow string
+	if err := conn.QueryRow(ctx, `insert into public.integration_connections (organization_id, provider)
+		values ($1, 'webhook') returning id::text`, org).Scan(&connID); err != nil {
+		t.Fatal(err)
+	}
+	// The decoy holds the same connection, so a call that read it would
+	// succeed and write there.
+	if _, err := conn.Exec(ctx, `insert into decoy.integration_connections values ($1, $2, 'decoy')`, connID, org); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, `insert into public.external_integration_outbox (organization_id, integration_connection_id,
+			provider, command_type, local_entity_type, local_entity_id, idempotency_key, idempotency_enforced)
+		values ($1, $2, 'webhook', 'push_purchase_order', 'purchase_order', $1, 'host-key', false) returning id::text`,
+		org, connID).Scan(&hostRow); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := conn.Exec(ctx, `set search_path = decoy`); err != nil {
+		t.Fatal(err)
+	}
+	call := `select integration.integration_outbox_enqueue($1, $2, 'push_purchase_order', 'purchase_order', $1, '{}', $3)::text`
+	var first, again, host string
+	if err := conn.QueryRow(ctx, call, org, connID, "k-1").Scan(&first); err != nil {
+		t.Fatalf("enqueue with the caller's search_path on another schema: %v", err)
+	}
+	if err := conn.QueryRow(ctx, call, org, connID, "k-1").Scan(&again); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, call, org, connID, "host-key").Scan(&host); err != nil {
+		t.Fatal(err)
+	}
+	if again != first || host != hostRow {
+		t.Errorf("repeated key returned %s, want %s; the host's key returned %s, want %s", again, first, host, hostRow)
+	}
+	var inPublic, inDecoy int
+	var provider string
+	if err := conn.QueryRow(ctx, `select (select count(*) from public.external_integration_outbox where idempotency_key = 'k-1'),
+			(select count(*) from decoy.external_integration_outbox),
+			(select provider from public.external_integration_outbox where id = $1)`, first).Scan(&inPublic, &inDecoy, &provider); err != nil {
+		t.Fatal(err)
+	}
+	if inPublic != 1 || inDecoy != 0 || provider != "webhook" {
+		t.Errorf("host's outbox holds %d rows of the key (want 1), the decoy %d (want 0); provider %q (want webhook, the host's connection's)",
+			inPublic, inDecoy, provider)
+	}
+}

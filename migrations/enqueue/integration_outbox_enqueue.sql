@@ -2,23 +2,33 @@
 -- (docs/producers.md), and integration_outbox_enqueue_existing: their one
 -- definition (create or replace).
 --
--- Migrations 2, 6, 9 and 12 each apply this file (migrations/00002_enqueue.go
--- and the three after it): a fresh install gets it at migration 2; an
+-- Migrations 2, 6, 9, 12 and 22 each apply this file (migrations/00002_enqueue.go
+-- and the four after it): a fresh install gets it at migration 2; an
 -- install at an older version, whose function is an earlier body, gets it at
--- the first of 6, 9 and 12 it has not run yet. Their down steps leave the
+-- the first of 6, 9, 12 and 22 it has not run yet. Their down steps leave the
 -- functions as they are; only migration 2's drops them. So this file must
 -- work at every schema version from 2 on, in the middle of a live upgrade
 -- too, while the host calls the function: it may use the host's tables and
 -- what migration 2 adds (idempotency_enforced and the two key indexes,
 -- declared in internal/migrate/hostobjects.go), never an object of a later
 -- migration (plpgsql checks names only when a call runs). A change to it is
--- a new migration that applies this file again, as 12 does, which brings
+-- a new migration that applies this file again, as 22 does, which brings
 -- installed databases to it. The test that calls it at every version:
 -- TestEnqueueWorksAtEveryVersionFromMigration2 (internal/migrate).
 --
 -- What each of those migrations changed: 2 made the function; 6 gave it the
 -- worker's key rule; 9 made a new key cost one probe; 12 made the commands
--- enqueued in one transaction read created_at in the order of the calls.
+-- enqueued in one transaction read created_at in the order of the calls; 22
+-- made a call cheaper for the host's server (the names below, one pattern
+-- for the key, the connection and the key probed in one statement).
+--
+-- The names in double braces are filled in when a migration applies the
+-- file (migrations/enqueue.go): {{.Outbox}} and {{.Connections}} are the
+-- host's two tables, schema-qualified as the migration's search_path finds
+-- them, and {{.Schema}} is the schema the functions are created in (the
+-- first of that search_path). Before 22 the functions carried
+-- "set search_path from current" instead, and every call saved, set and
+-- restored the caller's search_path.
 --
 -- Idempotency on (organization_id, idempotency_key) without touching what the
 -- host table already holds: existing rows may repeat a key, so a unique index
@@ -32,17 +42,16 @@
 
 -- The oldest row holding the key (created_at, then id): the one the first
 -- enqueue returned when the host's table already repeats a key.
-create or replace function integration_outbox_enqueue_existing(organization_id uuid, idempotency_key text)
+create or replace function {{.Schema}}.integration_outbox_enqueue_existing(organization_id uuid, idempotency_key text)
 returns uuid
 language sql
 stable
-set search_path from current
 as $fn$
     select id from (
-        select o.id, o.created_at from external_integration_outbox o
+        select o.id, o.created_at from {{.Outbox}} o
         where o.organization_id = $1 and o.idempotency_key = $2 and o.idempotency_enforced
         union all
-        select o.id, o.created_at from external_integration_outbox o
+        select o.id, o.created_at from {{.Outbox}} o
         where o.organization_id = $1 and o.idempotency_key = $2 and not o.idempotency_enforced
           and o.idempotency_key is not null
     ) keyed
@@ -50,7 +59,7 @@ as $fn$
     limit 1
 $fn$;
 
-create or replace function integration_outbox_enqueue(
+create or replace function {{.Schema}}.integration_outbox_enqueue(
     organization_id uuid,
     integration_connection_id uuid,
     command_type text,
@@ -61,9 +70,8 @@ create or replace function integration_outbox_enqueue(
 ) returns uuid
 language plpgsql
 volatile
--- Tables resolve in the schema the migrations ran in, whatever the caller's
--- search_path.
-set search_path from current
+-- Every name is schema-qualified: tables resolve where the migration found
+-- them, whatever the caller's search_path.
 as $fn$
 #variable_conflict use_column
 declare
@@ -80,6 +88,7 @@ declare
     v_id uuid;
     v_created_at timestamptz;
     v_previous text;
+    v_host_key boolean;
 begin
     if p_organization_id is null then
         raise exception 'integration_outbox_enqueue: organization_id must not be null'
@@ -123,34 +132,36 @@ begin
         raise exception 'integration_outbox_enqueue: idempotency_key is % bytes, at most 255 can be sent',
                 octet_length(p_key)
             using errcode = 'invalid_parameter_value', column = 'idempotency_key';
-    elsif p_key ~ '^[ \t]' or p_key ~ '[ \t]$' then
+    -- One pattern on the way in (each is a cost on every call); which rule
+    -- the key broke is worked out only for the error.
+    elsif p_key ~ '^[ \t]|[ \t]$|[\x01-\x08\x0a-\x1f\x7f]' then
+        if p_key ~ '[\x01-\x08\x0a-\x1f\x7f]' then
+            raise exception 'integration_outbox_enqueue: idempotency_key contains a control character, which cannot be sent as a header value'
+                using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+        end if;
         raise exception 'integration_outbox_enqueue: idempotency_key has leading or trailing white space, which cannot be sent as a header value'
-            using errcode = 'invalid_parameter_value', column = 'idempotency_key';
-    elsif p_key ~ '[\x01-\x08\x0a-\x1f\x7f]' then
-        raise exception 'integration_outbox_enqueue: idempotency_key contains a control character, which cannot be sent as a header value'
             using errcode = 'invalid_parameter_value', column = 'idempotency_key';
     end if;
 
     -- A missing connection and another organization's read the same, so the
-    -- error tells nothing about other tenants.
-    select c.provider into v_provider
-    from integration_connections c
+    -- error tells nothing about other tenants. Most keys are new: the same
+    -- statement probes only the host's own keyed rows (their index), and the
+    -- insert below lets the unique index answer for the keys this function
+    -- inserted before. Only a key the host's rows carry, or a repeated one,
+    -- costs the full look-up.
+    select c.provider, exists (
+            select from {{.Outbox}} o
+            where o.organization_id = p_organization_id and o.idempotency_key = p_key
+              and not o.idempotency_enforced and o.idempotency_key is not null)
+        into v_provider, v_host_key
+    from {{.Connections}} c
     where c.id = p_connection_id and c.organization_id = p_organization_id;
     if not found then
         raise exception 'integration_outbox_enqueue: integration_connection_id % is not a connection of organization %',
                 p_connection_id, p_organization_id
             using errcode = 'foreign_key_violation', column = 'integration_connection_id';
-    end if;
-
-    -- Most keys are new. Probe only the host's own keyed rows first (their
-    -- index, with a plan cached in the function), then insert: the unique
-    -- index answers for the keys this function inserted before. Only a key
-    -- the host's rows carry, or a repeated one, costs the full look-up.
-    perform 1 from external_integration_outbox o
-    where o.organization_id = p_organization_id and o.idempotency_key = p_key
-      and not o.idempotency_enforced and o.idempotency_key is not null;
-    if found then
-        return integration_outbox_enqueue_existing(p_organization_id, p_key);
+    elsif v_host_key then
+        return {{.Schema}}.integration_outbox_enqueue_existing(p_organization_id, p_key);
     end if;
 
     -- Commands enqueued in one transaction keep the order of the calls:
@@ -162,14 +173,15 @@ begin
     if v_previous is not null and v_created_at <= v_previous::timestamptz then
         v_created_at := v_previous::timestamptz + interval '1 microsecond';
     end if;
-    perform set_config('integration_outbox.enqueued_at', v_created_at::text, true);
+    -- An assignment, not a PERFORM: a plain expression skips the executor.
+    v_previous := set_config('integration_outbox.enqueued_at', v_created_at::text, true);
 
     -- A concurrent call with the same key waits here on the unique index until
     -- the first transaction ends: after a commit it inserts nothing (and, under
     -- REPEATABLE READ or SERIALIZABLE, whose snapshot cannot see that row,
     -- PostgreSQL raises serialization_failure 40001: retry the transaction);
     -- after a rollback it inserts.
-    insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
+    insert into {{.Outbox}} (organization_id, integration_connection_id, provider, command_type,
         local_entity_type, local_entity_id, payload_json, idempotency_key, idempotency_enforced,
         status, attempt_count, next_attempt_at, created_at)
     values (p_organization_id, p_connection_id, v_provider, p_command_type,
@@ -180,7 +192,7 @@ begin
     if v_id is null then
         -- A new statement, so a new snapshot under READ COMMITTED: it sees the
         -- row the other transaction committed.
-        v_id := integration_outbox_enqueue_existing(p_organization_id, p_key);
+        v_id := {{.Schema}}.integration_outbox_enqueue_existing(p_organization_id, p_key);
     end if;
     return v_id;
 end
