@@ -291,7 +291,12 @@ with recursive budget as (
         where o.organization_id = w.org and o.integration_connection_id = w.conn
           and o.status in ('queued', 'failed')
           and (o.waiting_for_outbox_id is null or o.status <> 'queued')
-          and (w.created_at is null or o.created_at < w.created_at)
+          -- One bound the index can seek to (an OR with "is null" would
+          -- read every row of the pair): a pair without a claimable row
+          -- looks at all its rows, bar those without a created_at, which
+          -- are then not parked (they wait where they are, as before
+          -- parking).
+          and o.created_at < coalesce(w.created_at, 'infinity')
         limit 1
     ) older
     where w.conn is not null and w.ordered and not w.opened
@@ -309,7 +314,7 @@ with recursive budget as (
             where d.organization_id = w.org and d.integration_connection_id = w.conn
               and d.status in ('queued', 'failed')
               and (d.waiting_for_outbox_id is null or d.status <> 'queued')
-              and (w.first_at is null or d.created_at < w.first_at)
+              and d.created_at < coalesce(w.first_at, 'infinity')
             order by d.created_at
             limit 200
         ) r
