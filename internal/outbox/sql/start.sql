@@ -22,12 +22,16 @@ with req as (
     select * from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[], @connection_ids::text[]::uuid[], @lease_until::timestamptz[])
         as r(id, organization_id, claim_token, connection_id, lease_until)
 ), locked as (
-    -- The rows still claimed for the request's tokens, share-locked: a
-    -- record of the same claim committed after this statement's snapshot
-    -- (a duplicate delivery's) is seen here on the row's latest version,
-    -- which is no longer processing, and the row is left out; without it,
-    -- the record's delete of its start would let this insert go in.
-    select o.id
+    -- The rows still claimed for the request's token, under a live lease,
+    -- share-locked: a record of the same claim committed after this
+    -- statement's snapshot (a duplicate delivery's) is seen here on the
+    -- row's latest version, which is no longer processing, and the row is
+    -- left out; without it, the record's delete of its start would let this
+    -- insert go in. (started_at is set only by a start of an earlier version
+    -- of this statement.)
+    select o.id, o.organization_id, o.integration_connection_id, o.command_type,
+        o.local_entity_type, o.local_entity_id, o.payload_json, o.idempotency_key,
+        o.attempt_count, o.claim_token, o.lease_expires_at, req.lease_until
     from req
     join external_integration_outbox o
         on o.id = req.id and o.organization_id = req.organization_id
@@ -37,22 +41,14 @@ with req as (
       and o.lease_expires_at > now()
     for share of o
 ), claimed as (
-    -- The rows still claimed for the request's token, under a live lease;
-    -- covered when that lease lasts to the end of the push. (started_at is
-    -- set only by a start of an earlier version of this statement.)
-    select distinct on (o.claim_token) o.id, o.organization_id, o.integration_connection_id, o.command_type,
-        o.local_entity_type, o.local_entity_id, o.payload_json, o.idempotency_key,
-        o.attempt_count, o.claim_token, req.lease_until,
-        req.lease_until is null or o.lease_expires_at >= req.lease_until as covered
-    from req
-    join external_integration_outbox o
-        on o.id = req.id and o.organization_id = req.organization_id
-       and o.integration_connection_id is not distinct from req.connection_id
-       and o.claim_token = req.claim_token
-    where o.status = 'processing' and o.started_at is null
-      and o.lease_expires_at > now()
-      and o.id in (select l.id from locked l)
-    order by o.claim_token
+    -- One row a token (a request may repeat one); covered when its lease
+    -- lasts to the end of the push.
+    select distinct on (l.claim_token) l.id, l.organization_id, l.integration_connection_id, l.command_type,
+        l.local_entity_type, l.local_entity_id, l.payload_json, l.idempotency_key,
+        l.attempt_count, l.claim_token, l.lease_until,
+        l.lease_until is null or l.lease_expires_at >= l.lease_until as covered
+    from locked l
+    order by l.claim_token
 ), started as (
     insert into integration_outbox_starts (claim_token, outbox_id, organization_id, started_at)
     select c.claim_token, c.id, c.organization_id, now()
