@@ -2,14 +2,10 @@ package outbox_test
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"integration-outbox/internal/outbox"
 )
@@ -50,15 +46,7 @@ func walkEntriesPassedOver(t *testing.T, rows int) float64 {
 	if _, err := f.Pool.Exec(ctx, "vacuum (analyze) external_integration_outbox, integration_connections"); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgx.ParseConfig(f.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		claimPlans int
-		passed     float64
-		errs       []error
-	)
+	var passed float64
 	var sum func(node map[string]any)
 	sum = func(node map[string]any) {
 		if node["Index Name"] == "external_integration_outbox_walk_unparked_idx" {
@@ -73,36 +61,8 @@ func walkEntriesPassedOver(t *testing.T, rows int) float64 {
 			}
 		}
 	}
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		text, ok := strings.CutPrefix(n.Message, "duration: ")
-		if !ok {
-			return
-		}
-		_, text, _ = strings.Cut(text, "plan:")
-		var p struct {
-			Query string         `json:"Query Text"`
-			Plan  map[string]any `json:"Plan"`
-		}
-		if err := json.Unmarshal([]byte(strings.TrimSpace(text)), &p); err != nil {
-			errs = append(errs, err)
-			return
-		}
-		if strings.Contains(p.Query, "with recursive budget") {
-			claimPlans++
-			sum(p.Plan)
-		}
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `load 'auto_explain';
-		set auto_explain.log_min_duration = 0; set auto_explain.log_analyze = on;
-		set auto_explain.log_format = json; set client_min_messages = log`); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := conn.Begin(ctx)
+	rec := &planRecorder{}
+	tx, err := ourPool(t, f, rec).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +71,14 @@ func walkEntriesPassedOver(t *testing.T, rows int) float64 {
 		outbox.ClaimParams{Limit: 50, MaxAttempts: 10, Lease: 15 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
+	}
+	plans, errs := rec.take()
+	claimPlans := 0
+	for _, p := range plans {
+		if strings.Contains(p.Query, "with recursive budget") {
+			claimPlans++
+			sum(p.Plan)
+		}
 	}
 	if len(claims) != 50 || claimPlans != 1 || len(errs) != 0 {
 		t.Fatalf("claimed %d rows (want 50); auto_explain reported %d claim statements (want 1); errors %v", len(claims), claimPlans, errs)

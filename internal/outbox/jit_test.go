@@ -99,6 +99,7 @@ type plannedStatement struct {
 	Cost  float64 // the planner's estimate of the whole statement
 	Took  float64 // its actual execution, ms (instrumented)
 	JIT   bool    // a JIT: section: the statement was compiled
+	Plan  map[string]any
 }
 
 // planRecorder collects the plans auto_explain sends a connection as LOG
@@ -128,7 +129,7 @@ func (r *planRecorder) notice(_ *pgconn.PgConn, n *pgconn.Notice) {
 	}
 	cost, _ := p.Plan["Total Cost"].(float64)
 	took, _ := p.Plan["Actual Total Time"].(float64)
-	r.plans = append(r.plans, plannedStatement{Query: p.Query, Cost: cost, Took: took, JIT: p.JIT != nil})
+	r.plans = append(r.plans, plannedStatement{Query: p.Query, Cost: cost, Took: took, JIT: p.JIT != nil, Plan: p.Plan})
 }
 
 func (r *planRecorder) take() ([]plannedStatement, []error) {
