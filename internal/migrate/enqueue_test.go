@@ -561,11 +561,7 @@ func TestEnqueueUsesTheInstallsTablesWhateverTheCallersSearchPath(t *testing.T) 
 	ctx := context.Background()
 	url, conn := freshDB(t)
 	if _, err := conn.Exec(ctx, `create schema integration; create schema decoy;`+
-		seedOutboxTable("public.external_integration_outbox")+`
-		create table public.integration_connections (id uuid primary key default gen_random_uuid(),
-			organization_id uuid not null, location_id uuid, provider text not null,
-			credential_reference text, config_json jsonb not null default '{}', created_at timestamptz not null default now(),
-			updated_at timestamptz not null default now());`+
+		seedOutboxTable("public.external_integration_outbox")+seedConnectionsTable("public.integration_connections")+
 		seedOutboxTable("decoy.external_integration_outbox")+`
 		create table decoy.integration_connections (id uuid primary key, organization_id uuid not null, provider text not null);`); err != nil {
 		t.Fatal(err)

@@ -393,11 +393,7 @@ func TestHostTablesFurtherAlongTheSearchPathAreTheOnesUsed(t *testing.T) {
 				}
 			}
 			if _, err := conn.Exec(ctx, `create schema `+pgx.Identifier{schema}.Sanitize()+`;`+
-				seedOutboxTable("public.external_integration_outbox")+`
-				create table public.integration_connections (id uuid primary key default gen_random_uuid(),
-					organization_id uuid not null, location_id uuid, provider text not null,
-					credential_reference text, config_json jsonb not null default '{}', created_at timestamptz not null default now(),
-					updated_at timestamptz not null default now())`); err != nil {
+				seedOutboxTable("public.external_integration_outbox")+seedConnectionsTable("public.integration_connections")); err != nil {
 				t.Fatal(err)
 			}
 			pathURL := url + "&search_path=" + strings.ReplaceAll(c.searchPath, `"`, "%22")

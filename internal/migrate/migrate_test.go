@@ -93,6 +93,14 @@ func seedOutboxTable(name string) string {
 		completed_at timestamptz, created_at timestamptz not null default now());`
 }
 
+// seedConnectionsTable is the host's connections table, created as name.
+func seedConnectionsTable(name string) string {
+	return `create table ` + name + ` (id uuid primary key default gen_random_uuid(),
+		organization_id uuid not null, location_id uuid, provider text not null,
+		credential_reference text, config_json jsonb not null default '{}', created_at timestamptz not null default now(),
+		updated_at timestamptz not null default now());`
+}
+
 // The host application may have created its tables (seed shape, no lease
 // columns) in its own schema before we migrate: the migration completes them.
 func TestUpOverHostTablesInSearchPathSchema(t *testing.T) {
