@@ -256,8 +256,9 @@ func claimsOf(ss []dispatch.Summary) []int {
 // nothing to do skips them too while another organization's rows wait.
 // Each kind of row the sweep or a claim acts on makes the run send the
 // sweep, and the sweep acts on it: a forgotten start (deleted, no claim), a
-// leased row with no attempt left (dead-lettered), a waiting row (the claim
-// looks), a queued row (claimed and sent).
+// leased row with no attempt left (dead-lettered), a row waiting for one
+// that ended without waking it (made due, claimed and sent), a queued row
+// (claimed and sent).
 func TestAnIdleRunSendsOnlyItsIdleCheck(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -312,8 +313,9 @@ func TestAnIdleRunSendsOnlyItsIdleCheck(t *testing.T) {
 		t.Errorf("the exhausted row is %s after the run, want dead_letter", r.Status)
 	}
 
-	// A row waiting for another (not due for an hour): the sweep says a
-	// claim could find something, and the run claims (nothing).
+	// A row waiting for another that ended without waking it (not due for
+	// an hour; the race of two records): the sweep makes it due, and the
+	// run claims and sends it.
 	later := time.Now().Add(time.Hour)
 	waiting := b.commands(t, 1, testenv.CommandOpts{Status: "failed", NextAttemptAt: &later})[0]
 	if _, err := b.f.Pool.Exec(ctx, `update external_integration_outbox set waiting_for_outbox_id = $1 where id = $2`,
@@ -321,8 +323,8 @@ func TestAnIdleRunSendsOnlyItsIdleCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, sent := run("a waiting row", wakeEvent(b.org))
-	if s != (dispatch.Summary{}) || len(sent) < 3 || sent[0] != idle || sent[1] != sweep || !slices.Contains(sent, "outbox/claim_scheduled") {
-		t.Errorf("a run with a waiting row = %+v and sent %v; want nothing claimed, %s, %s, then the claim", s, sent, idle, sweep)
+	if s.Claimed != 1 || s.Dispatched != 1 || len(sent) < 3 || sent[0] != idle || sent[1] != sweep || !slices.Contains(sent, "outbox/claim_scheduled") {
+		t.Errorf("a run with a row waiting for an ended one = %+v and sent %v; want it claimed and sent after %s, %s, then the claim", s, sent, idle, sweep)
 	}
 
 	ids := b.commands(t, 1, testenv.CommandOpts{})

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -134,5 +135,129 @@ func TestARowWaitingForAnExhaustedOneIsDueWhenItIsDeadLettered(t *testing.T) {
 	}
 	if r := b.f.Row(t, waiter); r.Status != "failed" || r.RetryInSeconds == nil || *r.RetryInSeconds > 1 {
 		t.Errorf("waiting row %+v; want it due now", r)
+	}
+}
+
+// The race of two records: an order's record of its wait for a push and
+// the push's record of its end, at the same moment. Each statement takes
+// its snapshot before the other commits, so the order's record sees the
+// push in flight and the push's record does not see the wait: the order
+// is left waiting an hour for a push that has ended. The next sweep (each
+// dispatch run's, when a row waits) makes it due; a waiting row whose
+// awaited row is still in flight, or that is due already, it leaves as it
+// is. The race is reproduced, not drawn: a transaction holds the order's
+// start until the push's record has committed.
+func TestAWaitRecordedBesideTheEndOfItsAwaitedRowIsDueAtTheNextSweep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// The push on a connection of its own: the two records then share no
+	// connection-state row, and only the start held below orders them.
+	pushConn := b.f.Connection(t, testenv.ConnectionOpts{OrganizationID: b.org, Config: map[string]any{"ordered": false}})
+	push := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: pushConn, CommandType: "push_supplier",
+		EntityID: b.f.NewID(t), Payload: map[string]any{"name": "S"}, CreatedAt: time.Now().Add(-2 * time.Minute)})
+	stillInFlight := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: pushConn, CommandType: "push_supplier",
+		EntityID: b.f.NewID(t), Payload: map[string]any{"name": "T"}, CreatedAt: time.Now().Add(-time.Minute)})
+	order := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	other := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	claims, err := b.store.Claim(ctx, params(10))
+	if err != nil || len(claims) != 4 {
+		t.Fatalf("Claim = %v, %v; want the 4 rows", ids(claims), err)
+	}
+	token := map[string]string{}
+	for _, c := range claims {
+		token[c.ID] = c.ClaimToken
+		if _, err := b.store.Start(ctx, []outbox.StartRequest{{OutboxID: c.ID, OrganizationID: b.org,
+			ConnectionID: c.ConnectionID, ClaimToken: c.ClaimToken}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record := func(o outbox.Outcome) error {
+		got, err := b.store.Record(ctx, []outbox.Outcome{o})
+		if err == nil && len(got.IDs) != 1 {
+			err = fmt.Errorf("recorded %v", got.IDs)
+		}
+		return err
+	}
+	wait := func(id, awaited string) outbox.Outcome {
+		return outbox.Outcome{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: token[id],
+			Status: outbox.StatusFailed, LastError: "waiting for " + awaited, RetryIn: time.Hour, Uncharged: true, WaitingFor: awaited}
+	}
+	if err := record(wait(other, stillInFlight)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The order's record waits, its snapshot taken, on its start row.
+	tx, err := b.f.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `select 1 from integration_outbox_starts where claim_token = $1 for update`, token[order]); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- record(wait(order, push)) }()
+	for deadline := time.Now().Add(10 * time.Second); b.f.Count(t,
+		`select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`) == 0; {
+		select {
+		case err := <-done:
+			t.Fatalf("the order's record did not wait for its start row: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the order's record never waited for its start row")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := record(outbox.Outcome{OutboxID: push, OrganizationID: b.org, ConnectionID: pushConn, ClaimToken: token[push],
+		Status: outbox.StatusCompleted, ProviderReference: "C-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if r := b.f.Row(t, order); r.Status != "failed" || r.RetryInSeconds == nil || *r.RetryInSeconds < 3500 {
+		t.Fatalf("after the two records the order = %+v; want it failed, waiting an hour (the race)", r)
+	}
+	if r := b.f.Row(t, push); r.Status != "completed" {
+		t.Fatalf("push = %+v, want completed", r)
+	}
+
+	sw, err := b.store.Sweep(ctx, params(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sw.Claimable {
+		t.Error("the sweep that made a waiting row due says nothing is claimable")
+	}
+	r := b.f.Row(t, order)
+	if r.Status != "failed" || r.RetryInSeconds == nil || *r.RetryInSeconds > 1 || r.AttemptCount != 0 {
+		t.Fatalf("after the sweep the order = %+v; want it due now, no attempt used", r)
+	}
+	if r := b.f.Row(t, other); r.RetryInSeconds == nil || *r.RetryInSeconds < 3500 {
+		t.Errorf("the sweep woke a row whose awaited row is still in flight: %+v", r)
+	}
+	// Due already: a second sweep writes no version of it.
+	version := func() string {
+		var xmin string
+		if err := b.f.Pool.QueryRow(ctx, `select xmin::text from external_integration_outbox where id = $1`, order).Scan(&xmin); err != nil {
+			t.Fatal(err)
+		}
+		return xmin
+	}
+	before := version()
+	if _, err := b.store.Sweep(ctx, params(10)); err != nil {
+		t.Fatal(err)
+	}
+	if after := version(); after != before {
+		t.Errorf("a second sweep wrote the due waiting row again (xmin %s -> %s)", before, after)
+	}
+	onlyOne, err := b.store.Claim(ctx, params(10))
+	if err != nil || len(onlyOne) != 1 || onlyOne[0].ID != order {
+		t.Errorf("Claim after the sweep = %v, %v; want the order alone", ids(onlyOne), err)
 	}
 }

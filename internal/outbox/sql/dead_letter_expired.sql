@@ -8,7 +8,8 @@
 -- Dead-Lettered event (@events_on). The queued and failed rows of a disabled
 -- or unauthorized connection are left alone: they are held, not exhausted.
 -- The rows waiting for a row it ends are due at once, and so is a parked
--- follower whose awaited row ended or went otherwise. It also deletes the
+-- follower or a waiting row whose awaited row ended or went otherwise
+-- without waking it. It also deletes the
 -- starts (integration_outbox_starts) that no record will delete: those of
 -- claims their row no longer holds (a push that crashed before its record,
 -- a claim given back), ten minutes after they were written.
@@ -85,10 +86,21 @@ with exhausted as (
     -- longer queued, failed or processing without having woken it (the
     -- host deleted it or changed its status; it ended while the claim
     -- parked this one; a statement that wakes nobody ended it) is due
-    -- again. It reads every parked row of the scope (the waiting index).
+    -- again. So is a failed row waiting for another (record.sql's
+    -- waiting_for) not due yet whose awaited row ended without waking it:
+    -- the two records ran at the same moment, each statement's snapshot
+    -- taken before the other's commit, so the waiting row's record saw
+    -- the awaited row in flight and the awaited row's record did not see
+    -- the wait; without this step it would wait until its recheck (its
+    -- awaited row's next attempt plus push.WaitRecheck). A failed row
+    -- already due is left as it is (no new version of the host's row each
+    -- run). It reads every waiting row of the scope (the waiting index).
     update external_integration_outbox w
-    set next_attempt_at = least(now(), w.created_at), waiting_for_outbox_id = null, updated_at = now()
-    where w.waiting_for_outbox_id is not null and w.status = 'queued'
+    set next_attempt_at = least(now(), w.created_at),
+        waiting_for_outbox_id = case when w.status = 'queued' then null else w.waiting_for_outbox_id end,
+        updated_at = now()
+    where w.waiting_for_outbox_id is not null
+      and (w.status = 'queued' or (w.status = 'failed' and w.next_attempt_at > now()))
       and (@organization_id::uuid is null or w.organization_id = @organization_id)
       and (@ids::text[] is null or w.id = any(@ids::text[]::uuid[]))
       and w.id not in (select x.id from exhausted x)

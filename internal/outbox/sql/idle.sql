@@ -8,7 +8,7 @@
 -- (dead_letter_expired.sql) would change nothing: every row it ends is
 -- queued, failed or processing in the scope, each of its other writes (the
 -- conflicts, the events, the rows woken) follows from a row it ends or a
--- parked follower (a waiting row), and
+-- waiting row (a parked follower, a failed row waiting for another), and
 -- the starts it deletes are older than ten minutes; and a claim would find
 -- nothing. The dispatch run sends this first and, when it is true, nothing
 -- else: it reads two tables and writes none, where the sweep touches many,
@@ -18,8 +18,9 @@
 -- The first four probes are the sweep's last ones, one per claim index
 -- (walk_unparked_idx, claim_orphan_idx, connection_leased_idx,
 -- follow_up_idx). The probe of the waiting rows (waiting_idx) finds the
--- parked followers, which the walk index does not hold (claim_scheduled.sql):
--- one whose awaited row is gone is the sweep's to wake (its unparked step).
+-- parked followers, which the walk index does not hold (claim_scheduled.sql),
+-- and the failed rows waiting for another: one whose awaited row has ended
+-- or is gone without waking it is the sweep's to wake (its unparked step).
 
 select not (
     exists (select 1 from external_integration_outbox o
