@@ -37,7 +37,20 @@ const (
 const (
 	churnOurs   = "ours"
 	churnLegacy = "legacy"
+	// churnPlainInsert is a lever: ours, with the host inserting each
+	// command itself with the legacy host's plain INSERT instead of calling
+	// integration_outbox_enqueue (no idempotency, no connection check): what
+	// our pipeline costs the server beside the legacy worker's when the
+	// host's write is the same.
+	churnPlainInsert = "ours, the host's plain insert (a lever)"
 )
+
+// churnLevers are the churn's optional variants beside ours and the legacy
+// worker, each run on its own copy of the size's rows.
+type churnLevers struct {
+	Fillfactor  int  // ours with the outbox's fillfactor set (0: not run)
+	PlainInsert bool // ours with the host's plain INSERT (churnPlainInsert)
+}
 
 // The legacy host and worker's statements on the churn (the legacy worker's
 // claim is legacyClaimSQL): the host inserts the row itself; per claimed job
@@ -288,7 +301,7 @@ func (e *churnEvents) fail(err error) {
 // rows over churnOrgs organizations (one connection each) and orders
 // purchase orders (the producers' entities), runs one ANALYZE, and clones it
 // for the legacy worker with the legacy indexes.
-func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders, fillfactor int) (map[string]string, error) {
+func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders int, levers churnLevers) (map[string]string, error) {
 	ours, err := env.pg.MigratedDatabase(ctx)
 	if err != nil {
 		return nil, err
@@ -311,6 +324,14 @@ func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders, fil
 	if err := legacyIndexes(ctx, dbs[churnLegacy], true); err != nil {
 		return dbs, err
 	}
+	if levers.PlainInsert {
+		name = fmt.Sprintf("churn_%d_plain_insert", rows)
+		if err := cloneDatabase(ctx, env, databaseName(ours), name); err != nil {
+			return dbs, fmt.Errorf("cloning the churn outbox for the plain insert lever: %w", err)
+		}
+		dbs[churnPlainInsert] = testenv.ReplaceDatabase(env.pg.URL, name)
+	}
+	fillfactor := levers.Fillfactor
 	if fillfactor == 0 {
 		return dbs, nil
 	}
@@ -428,20 +449,23 @@ func churnOrders(ctx context.Context, pool *pgxpool.Pool) ([]churnOrder, error) 
 
 // measureChurn runs the churn at every size, ours then the legacy worker,
 // one run at a time, each on its own fresh copy of the size's rows.
-func measureChurn(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []int, rate int, d time.Duration, fillfactor int) ([]churnRun, error) {
+func measureChurn(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []int, rate int, d time.Duration, levers churnLevers) ([]churnRun, error) {
 	var out []churnRun
 	width := churnBucket(d)
 	n := max(int(d/width), 1)
 	for _, size := range sizes {
 		t := time.Now()
 		orders := rate*int((time.Duration(n)*width).Seconds())*5/4 + 1000
-		dbs, err := prepareChurnDatabases(ctx, env, size, orders, fillfactor)
+		dbs, err := prepareChurnDatabases(ctx, env, size, orders, levers)
 		loadFor := time.Since(t)
 		if err == nil {
 			log.Info("churn outbox loaded", "rows", size, "took", loadFor.Round(time.Millisecond))
 			variants := []string{churnOurs, churnLegacy}
-			if fillfactor != 0 {
-				variants = append(variants, churnFillfactor(fillfactor))
+			if levers.PlainInsert {
+				variants = append(variants, churnPlainInsert)
+			}
+			if levers.Fillfactor != 0 {
+				variants = append(variants, churnFillfactor(levers.Fillfactor))
 			}
 			for _, v := range variants {
 				var r churnRun
@@ -612,7 +636,7 @@ func produce(ctx context.Context, pool *pgxpool.Pool, variant string, orders []c
 		go func() {
 			defer wg.Done()
 			var err error
-			if variant == churnLegacy {
+			if variant == churnLegacy || variant == churnPlainInsert {
 				_, err = pool.Exec(ctx, legacyInsertSQL, pgx.QueryExecModeExec, o.org, o.conn, o.id, churnPayload, key)
 			} else {
 				_, err = pool.Exec(ctx, churnEnqueueSQL, pgx.QueryExecModeExec, o.org, o.conn, o.id, churnPayload, key)
@@ -842,8 +866,9 @@ func churnRows(runs []churnRun) []tableRow {
 			v := r.steady()
 			t = append(t, tableRow{"10", fmt.Sprintf("Churn from %s rows, %s: PostgreSQL CPU per completed command; outbox row versions", rows(size), r.Variant),
 				fmt.Sprintf("%s; %s", usMs(v.cpuPerCompleted()), v.versionsPerCompleted()),
-				fmt.Sprintf("ours: %s; %s", usMs(o.cpuPerCompleted()), o.versionsPerCompleted()),
-				"CPU " + x(float64(v.cpuPerCompleted())/float64(max(o.cpuPerCompleted(), 1))), "", "lever"})
+				fmt.Sprintf("ours: %s; %s; legacy: %s", usMs(o.cpuPerCompleted()), o.versionsPerCompleted(), usMs(l.cpuPerCompleted())),
+				"CPU " + x(float64(v.cpuPerCompleted())/float64(max(o.cpuPerCompleted(), 1))) + " ours, " +
+					x(float64(v.cpuPerCompleted())/float64(max(l.cpuPerCompleted(), 1))) + " legacy", "", "lever"})
 		}
 	}
 	if len(sizes) >= 2 {

@@ -125,8 +125,14 @@ func TestChurnRowsCompareOursWithLegacyAndSizes(t *testing.T) {
 	}
 	lever := run(churnFillfactor(90), 40000, 400*ms, 5*ms, 10)
 	withLever := churnRows(append(slices.Clone(runs), lever))
-	if len(withLever) != 6 || withLever[2].status != "lever" || withLever[2].ratio != "CPU 0.80×" {
+	if len(withLever) != 6 || withLever[2].status != "lever" || withLever[2].ratio != "CPU 0.80× ours, 1.00× legacy" {
 		t.Errorf("with the fillfactor lever: %d rows; lever row %+v", len(withLever), withLever[min(2, len(withLever)-1)])
+	}
+	plain := run(churnPlainInsert, 40000, 380*ms, 5*ms, 10)
+	withPlain := churnRows(append(slices.Clone(runs), plain, lever))
+	if len(withPlain) != 7 || withPlain[2].measure != "Churn from 40k rows, "+churnPlainInsert+": PostgreSQL CPU per completed command; outbox row versions" ||
+		withPlain[2].ratio != "CPU 0.76× ours, 0.95× legacy" || withPlain[3].ratio != "CPU 0.80× ours, 1.00× legacy" {
+		t.Errorf("with both levers: %d rows; %+v", len(withPlain), withPlain)
 	}
 	if md := churnMarkdown(runs); !strings.Contains(md, "## Churn") || strings.Count(md, "| steady state |") != 4 {
 		t.Errorf("markdown lacks the section or a steady-state row per run:\n%s", md)

@@ -46,7 +46,7 @@ type options struct {
 	churnSizes     []int
 	churnRate      int
 	churnDuration  time.Duration
-	churnFill      int
+	churnLevers    churnLevers
 	// only, when set, runs that one measurement ("install") and writes the
 	// table only where -out says.
 	only string
@@ -83,7 +83,8 @@ func main() {
 	flag.StringVar(&o.wal.Payload, "wal-payload", "supplier", `the payload of the WAL measurement's host inserts: "supplier" (what the push worker reads of the command) or "order" (a whole purchase order)`)
 	flag.StringVar(&churnSizes, "churn-sizes", "40000,1000000", "starting outbox sizes of the churn run (ours and the legacy worker at each)")
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")
-	flag.IntVar(&o.churnFill, "churn-fillfactor", 0, "also run ours with the outbox's fillfactor set to this (a lever; 0: not run)")
+	flag.IntVar(&o.churnLevers.Fillfactor, "churn-fillfactor", 0, "also run ours with the outbox's fillfactor set to this (a lever; 0: not run)")
+	flag.BoolVar(&o.churnLevers.PlainInsert, "churn-plain-insert", false, "also run ours with the host inserting each command with the legacy host's plain INSERT instead of integration_outbox_enqueue (a lever)")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
 	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "commandtypes" (the fair claim with push_supplier rows due beside the orders), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet), "batch" (our pipeline at push batches of 10 and 100), "cold" (bootstrap sizes and cold starts under the emulator) or "throughput" (measurement 5: ours against River's no-op and purchase-order load workers); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
@@ -121,7 +122,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -churn-sizes:", err)
 		os.Exit(2)
 	}
-	if o.churnFill != 0 && (o.churnFill < 10 || o.churnFill > 100) {
+	if o.churnLevers.Fillfactor != 0 && (o.churnLevers.Fillfactor < 10 || o.churnLevers.Fillfactor > 100) {
 		fmt.Fprintln(os.Stderr, "bench: -churn-fillfactor must be 0 or 10 to 100")
 		os.Exit(2)
 	}
@@ -243,7 +244,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	}
 	churn := func() {
 		step("churn", func() (err error) {
-			r.Churn, err = measureChurn(ctx, log, env, o.churnSizes, o.churnRate, o.churnDuration, o.churnFill)
+			r.Churn, err = measureChurn(ctx, log, env, o.churnSizes, o.churnRate, o.churnDuration, o.churnLevers)
 			return
 		})
 	}
