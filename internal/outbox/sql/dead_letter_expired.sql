@@ -73,9 +73,7 @@ with exhausted as (
     -- The rows waiting for a row ended here are due now, as when the
     -- record ends it (record.sql's woken step), due since their creation.
     update external_integration_outbox w
-    set next_attempt_at = least(now(), w.created_at),
-        waiting_for_outbox_id = case when w.status = 'queued' then null else w.waiting_for_outbox_id end,
-        updated_at = now()
+    set /*fragment:wake*/ updated_at = now() /*end:wake*/
     from expired e
     where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = e.id
       and w.organization_id = e.organization_id and w.status in ('queued', 'failed')
@@ -96,9 +94,7 @@ with exhausted as (
     -- already due is left as it is (no new version of the host's row each
     -- run). It reads every waiting row of the scope (the waiting index).
     update external_integration_outbox w
-    set next_attempt_at = least(now(), w.created_at),
-        waiting_for_outbox_id = case when w.status = 'queued' then null else w.waiting_for_outbox_id end,
-        updated_at = now()
+    set /*fragment:wake*/ updated_at = now() /*end:wake*/
     where w.waiting_for_outbox_id is not null
       and (w.status = 'queued' or (w.status = 'failed' and w.next_attempt_at > now()))
       and (@organization_id::uuid is null or w.organization_id = @organization_id)

@@ -95,15 +95,10 @@ with res as (
     -- A row that ends (completed, uncertain, unsupported, dead_letter)
     -- makes the rows waiting for it (waiting_for_outbox_id) due now, their
     -- command's load then finds what they waited for. Rows of this record
-    -- are its own. A parked follower (queued: claim_scheduled.sql) comes
-    -- back into the claim's walk index. Due since its creation, not since
-    -- now(): now() is this transaction's start, and a claim whose own
-    -- transaction began before it would not find the row due yet (and the
-    -- run, no longer waiting for this one, would end without it).
+    -- are its own. How a row wakes (due since its creation; a parked
+    -- follower back into the claim's walk index): fragment/wake.sql.
     update external_integration_outbox w
-    set next_attempt_at = least(now(), w.created_at),
-        waiting_for_outbox_id = case when w.status = 'queued' then null else w.waiting_for_outbox_id end,
-        updated_at = now()
+    set /*fragment:wake*/ updated_at = now() /*end:wake*/
     from updated u
     where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = u.id
       and w.organization_id = u.organization_id

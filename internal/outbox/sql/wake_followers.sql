@@ -9,7 +9,7 @@
 -- index per head.
 
 update external_integration_outbox w
-set next_attempt_at = least(now(), w.created_at), waiting_for_outbox_id = null, updated_at = now()
+set /*fragment:wake*/ updated_at = now() /*end:wake*/
 where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = any(@heads::text[]::uuid[])
   and w.status = 'queued'
   and not exists (select 1 from external_integration_outbox a
