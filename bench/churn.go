@@ -300,7 +300,7 @@ func (e *churnEvents) fail(err error) {
 // prepareChurnDatabases loads a migrated database with rows completed outbox
 // rows over churnOrgs organizations (one connection each) and orders
 // purchase orders (the producers' entities), runs one ANALYZE, and clones it
-// for the legacy worker with the legacy indexes.
+// for the legacy worker with the legacy indexes and for each lever asked.
 func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders int, levers churnLevers) (map[string]string, error) {
 	ours, err := env.pg.MigratedDatabase(ctx)
 	if err != nil {
@@ -316,40 +316,43 @@ func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders int,
 	if err != nil {
 		return dbs, err
 	}
-	name := fmt.Sprintf("churn_%d_legacy", rows)
-	if err := cloneDatabase(ctx, env, databaseName(ours), name); err != nil {
-		return dbs, fmt.Errorf("cloning the churn outbox for the legacy worker: %w", err)
+	// clone copies ours for another variant, under churn_<rows>_<suffix>.
+	clone := func(variant, suffix string) (string, error) {
+		name := fmt.Sprintf("churn_%d_%s", rows, suffix)
+		if err := cloneDatabase(ctx, env, databaseName(ours), name); err != nil {
+			return "", fmt.Errorf("cloning the churn outbox for %s: %w", variant, err)
+		}
+		dbs[variant] = testenv.ReplaceDatabase(env.pg.URL, name)
+		return dbs[variant], nil
 	}
-	dbs[churnLegacy] = testenv.ReplaceDatabase(env.pg.URL, name)
-	if err := legacyIndexes(ctx, dbs[churnLegacy], true); err != nil {
+	legacy, err := clone(churnLegacy, "legacy")
+	if err != nil {
+		return dbs, err
+	}
+	if err := legacyIndexes(ctx, legacy, true); err != nil {
 		return dbs, err
 	}
 	if levers.PlainInsert {
-		name = fmt.Sprintf("churn_%d_plain_insert", rows)
-		if err := cloneDatabase(ctx, env, databaseName(ours), name); err != nil {
-			return dbs, fmt.Errorf("cloning the churn outbox for the plain insert lever: %w", err)
+		if _, err := clone(churnPlainInsert, "plain_insert"); err != nil {
+			return dbs, err
 		}
-		dbs[churnPlainInsert] = testenv.ReplaceDatabase(env.pg.URL, name)
 	}
-	fillfactor := levers.Fillfactor
-	if fillfactor == 0 {
+	if levers.Fillfactor == 0 {
 		return dbs, nil
 	}
 	// The fillfactor lever: ours again, the outbox's new pages left with
 	// room (a storage parameter of the host's table: only pages filled from
 	// now on keep it).
-	name = fmt.Sprintf("churn_%d_fillfactor", rows)
-	if err := cloneDatabase(ctx, env, databaseName(ours), name); err != nil {
-		return dbs, fmt.Errorf("cloning the churn outbox for the fillfactor lever: %w", err)
+	url, err := clone(churnFillfactor(levers.Fillfactor), "fillfactor")
+	if err != nil {
+		return dbs, err
 	}
-	v := churnFillfactor(fillfactor)
-	dbs[v] = testenv.ReplaceDatabase(env.pg.URL, name)
-	c, err := pgx.Connect(ctx, dbs[v])
+	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return dbs, err
 	}
 	defer c.Close(context.WithoutCancel(ctx))
-	_, err = c.Exec(ctx, fmt.Sprintf("alter table external_integration_outbox set (fillfactor = %d)", fillfactor))
+	_, err = c.Exec(ctx, fmt.Sprintf("alter table external_integration_outbox set (fillfactor = %d)", levers.Fillfactor))
 	return dbs, err
 }
 
