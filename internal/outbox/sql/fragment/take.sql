@@ -26,7 +26,8 @@
 -- its ordered entity wait behind it (followers: a candidate of this claim
 -- that it holds back, or a row parked waiting for it), and held_behind says whether one of @heads (the
 -- run's claimed rows that had followers) is still in flight, leased and
--- without a result: once it is recorded, the next claim takes its follower;
+-- without a result, or has ended with a follower still parked behind it:
+-- once it is recorded, the next claim takes its follower;
 -- or one of @awaited (the run's claimed rows others may wait for: a
 -- supplier's push) is, with a row waiting for it: its result wakes that row.
 --
@@ -104,6 +105,15 @@ with budget as (
         exists (select 1 from unnest(@heads::text[]::uuid[]) as r(id)
                 join external_integration_outbox h on h.id = r.id
                 where h.status = 'processing' and h.provider_status is null and h.lease_expires_at > now())
+        -- A head that ended without waking its follower after the run's
+        -- wake_followers.sql read it in flight (a separate statement, an
+        -- older snapshot): the follower is still parked behind it, and the
+        -- next claim's wake takes it.
+        or exists (select 1 from unnest(@heads::text[]::uuid[]) as r(id)
+                join external_integration_outbox w on w.waiting_for_outbox_id = r.id
+                where w.waiting_for_outbox_id is not null and w.status = 'queued'
+                  and not exists (select 1 from external_integration_outbox a
+                                  where a.id = r.id and a.status in ('queued', 'failed', 'processing')))
         or exists (select 1 from unnest(@awaited::text[]::uuid[]) as r(id)
                 join external_integration_outbox h on h.id = r.id
                 where h.status = 'processing' and h.provider_status is null and h.lease_expires_at > now()
