@@ -51,7 +51,7 @@ help: ## List the targets
 ## ---------------------------------------------------------------- tools
 
 .PHONY: tools
-tools: $(RIE) $(SQUAWK) $(HYDRA) postgres-server moto-server ## Install aws-lambda-rie, squawk and hydra into ./bin; check PostgreSQL 15 and moto_server
+tools: $(RIE) $(SQUAWK) $(HYDRA) postgres-server pgbouncer-server moto-server ## Install aws-lambda-rie, squawk and hydra into ./bin; check PostgreSQL 15, pgbouncer and moto_server
 
 # squawk-cli pinned, installed with npm under bin/squawk-<version>.
 $(SQUAWK):
@@ -92,6 +92,22 @@ postgres-server:
 		echo "postgres: $(PG_BIN_DIR)/initdb is missing; install the server binaries with:"; \
 		echo "  sudo apt-get update && sudo apt-get install -y postgresql-15"; \
 		echo "(or point PG_BIN_DIR at another PostgreSQL 15 bin directory)"; \
+		exit 1; \
+	fi
+
+# pgbouncer, the pooler the tests put in front of the throwaway cluster
+# (internal/testenv/pgbouncer.go), from apt like the server.
+.PHONY: pgbouncer-server
+pgbouncer-server:
+	@if [ -x /usr/sbin/pgbouncer ]; then \
+		echo "pgbouncer: /usr/sbin/pgbouncer found"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "pgbouncer: installing pgbouncer with apt-get"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pgbouncer; \
+	else \
+		echo "pgbouncer: /usr/sbin/pgbouncer is missing; install it with:"; \
+		echo "  sudo apt-get update && sudo apt-get install -y pgbouncer"; \
+		echo "(or point PGBOUNCER_BIN at another pgbouncer binary when running the tests)"; \
 		exit 1; \
 	fi
 

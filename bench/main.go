@@ -53,7 +53,7 @@ type options struct {
 }
 
 // aloneMeasurements are the measurements -only runs.
-var aloneMeasurements = []string{"install", "fair", "wal", "churn", "claim", "batch", "followers", "commandtypes", "tokens", "throughput", "cold"}
+var aloneMeasurements = []string{"install", "fair", "wal", "churn", "claim", "batch", "followers", "commandtypes", "tokens", "throughput", "cold", "pooler"}
 
 func main() {
 	var (
@@ -86,12 +86,12 @@ func main() {
 	flag.IntVar(&o.churnLevers.Fillfactor, "churn-fillfactor", 0, "also run ours with the outbox's fillfactor set to this (a lever; 0: not run)")
 	flag.BoolVar(&o.churnLevers.PlainInsert, "churn-plain-insert", false, "also run ours with the host inserting each command with the legacy host's plain INSERT instead of integration_outbox_enqueue (a lever)")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "commandtypes" (the fair claim with push_supplier rows due beside the orders), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet), "batch" (our pipeline at push batches of 10 and 100), "cold" (bootstrap sizes and cold starts under the emulator) or "throughput" (measurement 5: ours against River's no-op and purchase-order load workers); the table goes to stdout, and to -out only when given`)
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "commandtypes" (the fair claim with push_supplier rows due beside the orders), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet), "batch" (our pipeline at push batches of 10 and 100), "cold" (bootstrap sizes and cold starts under the emulator), "pooler" (the claim and our pipeline directly and through PgBouncer in transaction mode) or "throughput" (measurement 5: ours against River's no-op and purchase-order load workers); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
 	if o.only != "" && !slices.Contains(aloneMeasurements, o.only) {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers", "commandtypes", "tokens", "batch", "cold" and "throughput" are the measurements that run alone`)
+		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers", "commandtypes", "tokens", "batch", "cold", "pooler" and "throughput" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -322,6 +322,13 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	}
 	if o.only == "cold" {
 		cold()
+	}
+	if o.only == "pooler" {
+		step("behind a transaction pooler", func() error {
+			p, err := measurePooler(ctx, log, env, o.claimRuns, o.throughputJobs, o.consumers)
+			r.Pooler = &p
+			return err
+		})
 	}
 	if o.only != "" {
 		return finish(ctx, log, r, o, began, failed)

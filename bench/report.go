@@ -35,7 +35,9 @@ type report struct {
 	Install      []installRun
 	WAL          []walRun
 	Churn        []churnRun
-	Errors       []string
+	// Pooler is the claim and our pipeline behind PgBouncer (-only pooler).
+	Pooler *poolerResult
+	Errors []string
 	// Only is the one measurement run (-only), or empty for all of them.
 	Only string
 }
@@ -213,6 +215,9 @@ func (r *report) table() []tableRow {
 
 	// 10. Churn.
 	t = append(t, churnRows(r.Churn)...)
+
+	// P. Behind a transaction pooler.
+	t = append(t, poolerTableRows(r.Pooler)...)
 	return t
 }
 
@@ -312,6 +317,7 @@ func (r *report) markdown() string {
 	b.WriteString(tokensMarkdown(r.Tokens))
 	b.WriteString(churnMarkdown(r.Churn))
 	b.WriteString(batchLeverMarkdown(r.BatchLever))
+	b.WriteString(poolerMarkdown(r.Pooler))
 	return b.String()
 }
 

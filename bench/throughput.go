@@ -211,12 +211,36 @@ type ourRun struct {
 // Normally the stages overlap, as in production. A staged run dispatches
 // every job before the consumers start, to tell which stage sets the pace.
 func runOurs(ctx context.Context, env *benchEnv, jobs, consumers int, staged bool, batch int) (ourRun, error) {
+	return runOursWith(ctx, env, jobs, consumers, staged, batch, ourRunOptions{})
+}
+
+// ourRunOptions change how runOursWith runs.
+type ourRunOptions struct {
+	// prepare, when set, runs on the migrated database before the run
+	// (the pooler measurement drops the routines with it).
+	prepare func(ctx context.Context, url string) error
+	// appURL, when set, is the functions' DATABASE_URL for the database's
+	// URL (through a pooler); the seeding and the reads connect directly.
+	appURL func(url string) string
+}
+
+// runOursWith is runOurs with o.
+func runOursWith(ctx context.Context, env *benchEnv, jobs, consumers int, staged bool, batch int, o ourRunOptions) (ourRun, error) {
 	var res ourRun
 	url, err := env.pg.MigratedDatabase(ctx)
 	if err != nil {
 		return res, err
 	}
 	defer env.dropDatabase(context.WithoutCancel(ctx), url)
+	if o.prepare != nil {
+		if err := o.prepare(ctx, url); err != nil {
+			return res, err
+		}
+	}
+	appURL := url
+	if o.appURL != nil {
+		appURL = o.appURL(url)
+	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return res, err
@@ -238,7 +262,7 @@ func runOurs(ctx context.Context, env *benchEnv, jobs, consumers int, staged boo
 		}
 	}()
 	newApp := func() (*app.App, error) {
-		a, err := env.newApp(ctx, url)
+		a, err := env.newApp(ctx, appURL)
 		if err == nil {
 			apps = append(apps, a)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"integration-outbox/internal/config"
 	"integration-outbox/internal/testenv/cfntemplate"
 
 	"gopkg.in/yaml.v3"
@@ -495,6 +496,94 @@ func deadLetterConsumerProblems(c cfnTemplate) []string {
 	return out
 }
 
+// ------------------------------------------------ every function's settings
+
+// functionSetting is a parameter that every function gets as an environment
+// variable: its ParameterGroup, and what internal/config does with the
+// variable (def when it is unset, lo to hi accepted), which the parameter
+// must agree with: its Default is def, so that a function run without the
+// template (sam local, the tests) behaves as deployed, and its MinValue and
+// MaxValue lie within lo to hi, so that no value the stack accepts fails
+// the functions' cold start.
+type functionSetting struct {
+	env, param, group string
+	def, lo, hi       int
+}
+
+// everyFunctionSettings are the settings every function must get.
+var everyFunctionSettings = []functionSetting{
+	{env: "PUSH_MAXIMUM_CONCURRENCY", param: "PushMaximumConcurrency", group: "Push consumer", def: 5, lo: 1, hi: 10_000},
+	{env: "DATABASE_POOL_SIZE", param: "DatabasePoolSize", group: "Database", def: config.DefaultDatabasePoolSize, lo: 1, hi: 100},
+}
+
+// settingProblems checks that every AWS::Serverless::Function gets each
+// setting's variable as !Ref <its parameter> (from Globals, and not
+// replaced in its own Environment), and that the parameter is a Number
+// whose Default, MinValue and MaxValue agree with internal/config and that
+// is listed in its ParameterGroup.
+func settingProblems(c cfnTemplate, settings []functionSetting) []string {
+	var out []string
+	functions := c.resourcesOfType("AWS::Serverless::Function")
+	if len(functions) == 0 {
+		out = append(out, "no AWS::Serverless::Function")
+	}
+	for _, s := range settings {
+		p := get(c.root, "Parameters", s.param)
+		if p == nil {
+			out = append(out, fmt.Sprintf("parameter %s is missing", s.param))
+			continue
+		}
+		if typ := get(p, "Type"); typ == nil || typ.Value != "Number" {
+			out = append(out, fmt.Sprintf("parameter %s: Type must be Number", s.param))
+		}
+		for _, b := range []struct {
+			key    string
+			lo, hi int
+		}{{"Default", s.def, s.def}, {"MinValue", s.lo, s.hi}, {"MaxValue", s.lo, s.hi}} {
+			v, err := c.intValue(get(p, b.key), s.param+"."+b.key)
+			switch {
+			case err != nil:
+				out = append(out, "parameter "+err.Error())
+			case b.key == "Default" && v != s.def:
+				out = append(out, fmt.Sprintf("parameter %s.Default %d is not %s's default in internal/config, %d", s.param, v, s.env, s.def))
+			case v < b.lo || v > b.hi:
+				out = append(out, fmt.Sprintf("parameter %s.%s %d is outside what internal/config accepts for %s, %d to %d", s.param, b.key, v, s.env, b.lo, b.hi))
+			}
+		}
+		if !c.parameterInGroup(s.param, s.group) {
+			out = append(out, fmt.Sprintf("parameter %s is not in the %q ParameterGroup of AWS::CloudFormation::Interface", s.param, s.group))
+		}
+		for _, fn := range functions {
+			if name, ok := ref(c.functionEnv(fn, s.env)); !ok || name != s.param {
+				out = append(out, fmt.Sprintf("%s: %s must be !Ref %s", fn, s.env, s.param))
+			}
+		}
+	}
+	return out
+}
+
+// parameterInGroup says whether the ParameterGroup labelled group lists
+// param.
+func (c cfnTemplate) parameterInGroup(param, group string) bool {
+	groups := get(c.root, "Metadata", "AWS::CloudFormation::Interface", "ParameterGroups")
+	if groups == nil || groups.Kind != yaml.SequenceNode {
+		return false
+	}
+	for _, g := range groups.Content {
+		if label := get(g, "Label", "default"); label == nil || label.Value != group {
+			continue
+		}
+		if ps := get(g, "Parameters"); ps != nil && ps.Kind == yaml.SequenceNode {
+			for _, n := range ps.Content {
+				if n.Value == param {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // ------------------------------------------------------------------- tests
 
 func TestTemplateDeadLetterQueuesAllowTheirSources(t *testing.T) {
@@ -658,6 +747,69 @@ Resources:
 		{"visibility under 6 × timeout", 2400, 1900, 120, []string{"under 6"}},
 	} {
 		got := leaseProblems(parseTemplate(t, fmt.Appendf(nil, consumer, tc.lease, tc.min, tc.visibility)))
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: problems %q, want %d", tc.name, got, len(tc.want))
+			continue
+		}
+		for i, w := range tc.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: problem %q, want %q", tc.name, got[i], w)
+			}
+		}
+	}
+}
+
+// Every function gets the settings every function needs (the most
+// connections its container opens, the push side's concurrency) from the
+// template's parameters, and the parameters agree with internal/config.
+func TestTemplateEveryFunctionGetsItsSettings(t *testing.T) {
+	t.Parallel()
+	if problems := settingProblems(loadTemplate(t), everyFunctionSettings); len(problems) > 0 {
+		t.Fatalf("template.yaml:\n%s", strings.Join(problems, "\n"))
+	}
+}
+
+// The settings rule catches what it is for, on small templates.
+func TestTemplateSettingRulesCatchTheirCases(t *testing.T) {
+	t.Parallel()
+	const tmpl = `
+Metadata:
+  AWS::CloudFormation::Interface:
+    ParameterGroups:
+      - Label: { default: Database }
+        Parameters: [%s]
+Parameters:
+  DatabasePoolSize: {Type: %s, Default: %d, MinValue: 1, MaxValue: %d}
+Globals:
+  Function:
+    Environment:
+      Variables:
+%s
+Resources:
+  A:
+    Type: AWS::Serverless::Function
+  B:
+    Type: AWS::Serverless::Function
+%s
+`
+	const global = "        DATABASE_POOL_SIZE: !Ref DatabasePoolSize"
+	const own = "    Properties:\n      Environment:\n        Variables:\n          DATABASE_POOL_SIZE: \"8\""
+	setting := []functionSetting{{env: "DATABASE_POOL_SIZE", param: "DatabasePoolSize", group: "Database", def: 4, lo: 1, hi: 100}}
+	for _, tc := range []struct {
+		name, group, typ string
+		def, max         int
+		global, own      string
+		want             []string
+	}{
+		{"consistent", "DatabasePoolSize", "Number", 4, 20, global, "", nil},
+		{"not passed", "DatabasePoolSize", "Number", 4, 20, "        OTHER: x", "", []string{"A: DATABASE_POOL_SIZE must be", "B: DATABASE_POOL_SIZE must be"}},
+		{"replaced by one function", "DatabasePoolSize", "Number", 4, 20, global, own, []string{"B: DATABASE_POOL_SIZE must be"}},
+		{"another default", "DatabasePoolSize", "Number", 10, 20, global, "", []string{"Default 10 is not"}},
+		{"a maximum the functions refuse", "DatabasePoolSize", "Number", 4, 200, global, "", []string{"MaxValue 200 is outside"}},
+		{"a String", "DatabasePoolSize", "String", 4, 20, global, "", []string{"Type must be Number"}},
+		{"in no group", "DatabaseSecretArn", "Number", 4, 20, global, "", []string{"ParameterGroup"}},
+	} {
+		got := settingProblems(parseTemplate(t, fmt.Appendf(nil, tmpl, tc.group, tc.typ, tc.def, tc.max, tc.global, tc.own)), setting)
 		if len(got) != len(tc.want) {
 			t.Errorf("%s: problems %q, want %d", tc.name, got, len(tc.want))
 			continue

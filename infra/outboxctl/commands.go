@@ -12,9 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"integration-outbox/internal/inspect"
 	"integration-outbox/internal/message"
 	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/report"
 	"integration-outbox/internal/rerun"
 	"integration-outbox/internal/schemacheck"
@@ -286,9 +289,42 @@ func (c *cli) check(ctx context.Context, args []string) error {
 	for _, f := range r.Failures {
 		fmt.Fprintf(c.stdout, "statement  %s\n", f)
 	}
-	if n := len(r.Tables) + len(r.Failures); n > 0 {
+	for _, p := range r.Routines {
+		fmt.Fprintf(c.stdout, "routine  %s\n", p)
+	}
+	connProblems, err := checkConnection(ctx, a.Pool.Config().ConnConfig, c.stdout)
+	if err != nil {
+		return err
+	}
+	if n := len(r.Tables) + len(r.Failures) + len(r.Routines) + connProblems; n > 0 {
 		return fmt.Errorf("%d problem(s) found; nothing was changed", n)
 	}
-	fmt.Fprintf(c.stdout, "ok: the host's tables have what the worker needs, and all %d statements prepare\n", r.Checked)
+	fmt.Fprintf(c.stdout, "ok: the host's tables have what the worker needs, all %d statements prepare, and %d statements run through their routines\n",
+		r.Checked, len(outbox.Routines()))
 	return nil
+}
+
+// checkConnection says how the functions reach PostgreSQL with cfg (the
+// pool's configuration from DATABASE_URL) and counts what would fail there:
+// named prepared statements (default_query_exec_mode=cache_statement in the
+// URL) behind a transaction pooler, which drops them between transactions
+// (PgBouncer) or pins every session (RDS Proxy).
+func checkConnection(ctx context.Context, cfg *pgx.ConnConfig, out io.Writer) (int, error) {
+	pooled, err := pgtx.TransactionPooled(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("checking the connection: %w", err)
+	}
+	named := pgtx.NamedStatements(cfg)
+	switch {
+	case pooled && named:
+		fmt.Fprintln(out, "connection  DATABASE_URL reaches PostgreSQL through a transaction pooler, and its default_query_exec_mode=cache_statement "+
+			"sends named prepared statements, which the pooler drops between transactions (PgBouncer) or pins every session for (RDS Proxy): "+
+			"remove default_query_exec_mode from DATABASE_URL")
+		return 1, nil
+	case pooled:
+		fmt.Fprintln(out, "connection: through a transaction pooler (server connections change between transactions); statements unnamed: works")
+	default:
+		fmt.Fprintln(out, "connection: direct or session-pooled (one server connection a session)")
+	}
+	return 0, nil
 }

@@ -325,6 +325,24 @@ func TestCheck(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stdout, "ok: the host's tables have what the worker needs") {
 		t.Fatalf("check on a fresh install: code %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	if !strings.Contains(r.stdout, "connection: direct or session-pooled") {
+		t.Errorf("check does not say how it reached the database:\n%s", r.stdout)
+	}
+	// A build whose routines make migrate has not installed: the statements
+	// run plain, and check says to run make migrate.
+	var start string
+	if err := x.f.Pool.QueryRow(context.Background(), `select p.oid::regprocedure::text from pg_proc p
+		where p.proname like 'integration\_outbox\_sql\_outbox\_start\_%'`).Scan(&start); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.f.Pool.Exec(context.Background(), "drop function "+start); err != nil {
+		t.Fatal(err)
+	}
+	r = x.run(t, "", "check")
+	if r.code != exitError || !strings.Contains(r.stdout, "routine  outbox/start: its routine") ||
+		!strings.Contains(r.stdout, "run make migrate") {
+		t.Errorf("check with the start's routine missing: code %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	if _, err := x.f.Pool.Exec(context.Background(), `alter table external_integration_outbox rename column last_error to error_text`); err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,8 @@ type stack struct {
 	logs      *testenv.Buffer
 	orders    queue
 	suppliers queue
+	// env is the functions' environment.
+	env map[string]string
 }
 
 // queue is a command queue and its push function's worker.
@@ -61,13 +63,32 @@ type queue struct {
 }
 
 func newStack(t *testing.T, shape testenv.HostShape) *stack {
+	return newStackVia(t, shape, nil)
+}
+
+// newStackVia is newStack whose functions and host reach the database at
+// via(url) (a pooler) when via is not nil; make migrate connects directly.
+// The host's connection then sends unnamed statements, as node-postgres
+// does.
+func newStackVia(t *testing.T, shape testenv.HostShape, via func(url string) string) *stack {
 	t.Helper()
 	ctx := context.Background()
 	url := pg.CreateHostDatabase(t, shape)
 	if err := migrate.Up(ctx, url); err != nil {
 		t.Fatalf("make migrate: %v", err)
 	}
-	conn, err := pgx.Connect(ctx, url)
+	hostCfg, err := pgx.ParseConfig(url)
+	if via != nil {
+		url = via(url)
+		hostCfg, err = pgx.ParseConfig(url)
+		if err == nil {
+			hostCfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, hostCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,10 +129,8 @@ func newStack(t *testing.T, shape testenv.HostShape) *stack {
 		"PUSH_PURCHASE_ORDER_QUEUE_URL": s.orders.url, "PUSH_SUPPLIER_QUEUE_URL": s.suppliers.url,
 		"WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "CREDENTIAL_REFERENCE_PREFIX": "integrations/",
 	}
-	if s.a, err = app.New(ctx, func(k string) string { return env[k] }, s.logs, config.NeedQueue); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.a.Close)
+	s.env = env
+	s.a = s.container(t)
 	if s.orders.worker, err = s.a.PushWorker(); err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +138,18 @@ func newStack(t *testing.T, shape testenv.HostShape) *stack {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// container builds the functions as one more Lambda container does: its
+// own pool, on s.env.
+func (s *stack) container(t *testing.T) *app.App {
+	t.Helper()
+	a, err := app.New(context.Background(), func(k string) string { return s.env[k] }, s.logs, config.NeedQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	return a
 }
 
 // supplier enqueues a push_supplier as the host does and returns its row.

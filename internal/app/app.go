@@ -89,7 +89,7 @@ func NewWithAWS(ctx context.Context, getenv func(string) string, logOut io.Write
 	if err != nil {
 		return nil, fmt.Errorf("config: DATABASE_URL: %w", redactURLError(err))
 	}
-	poolCfg.MaxConns = 4
+	poolCfg.MaxConns = int32(cfg.DatabasePoolSize)
 	pgtx.Configure(poolCfg.ConnConfig)
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {

@@ -18,10 +18,15 @@ import (
 // MaxAttempts to mean the default uses this one.
 const DefaultMaxAttempts = 10
 
+// DefaultDatabasePoolSize is DATABASE_POOL_SIZE when it is unset: the most
+// database connections one container opens.
+const DefaultDatabasePoolSize = 4
+
 // Config is every setting the functions read.
 type Config struct {
 	DatabaseURL               string // DATABASE_URL
 	DatabaseSecretARN         string // DATABASE_SECRET_ARN (RDS-managed secret), used when DATABASE_URL is empty
+	DatabasePoolSize          int    // DATABASE_POOL_SIZE: the most connections one container opens (pgx opens them lazily)
 	PushPurchaseOrderQueueURL string // PUSH_PURCHASE_ORDER_QUEUE_URL
 	// PushSupplierQueueURL is PUSH_SUPPLIER_QUEUE_URL: where dispatch and
 	// rerun send push_supplier commands. Optional: without it those rows
@@ -97,6 +102,7 @@ func Load(getenv func(string) string, need Need) (Config, error) {
 	c := Config{
 		DatabaseURL:                 r.str("DATABASE_URL", ""),
 		DatabaseSecretARN:           r.str("DATABASE_SECRET_ARN", ""),
+		DatabasePoolSize:            r.intRange("DATABASE_POOL_SIZE", DefaultDatabasePoolSize, 1, 100),
 		PushPurchaseOrderQueueURL:   r.str("PUSH_PURCHASE_ORDER_QUEUE_URL", ""),
 		PushSupplierQueueURL:        r.str("PUSH_SUPPLIER_QUEUE_URL", ""),
 		ClaimBatchSize:              r.intRange("CLAIM_BATCH_SIZE", 50, 1, 1000),

@@ -2,6 +2,7 @@ package config
 
 import (
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{DatabaseURL: "postgres://x/y", ClaimBatchSize: 50, DispatchMaxPerRun: 5000, MaxAttempts: 10,
+	want := Config{DatabaseURL: "postgres://x/y", DatabasePoolSize: 4, ClaimBatchSize: 50, DispatchMaxPerRun: 5000, MaxAttempts: 10,
 		Lease: 2400 * time.Second, PushConcurrency: 10, ProviderTimeout: 10 * time.Second,
 		CredentialReferencePrefix: "integrations/", CredentialCacheTTL: 5 * time.Minute, OAuthRefreshMargin: 2 * time.Minute, LogLevel: slog.LevelInfo,
 		DispatchMaxInFlight: 100, ConnectionMaxInFlight: 10, CircuitFailureThreshold: 5, CircuitCooldown: time.Minute,
@@ -51,6 +52,7 @@ func TestParsesEveryVariable(t *testing.T) {
 		"PUSH_CONCURRENCY": "4", "PROVIDER_TIMEOUT": "2500ms", "CREDENTIAL_REFERENCE_PREFIX": "acme/",
 		"CREDENTIAL_CACHE_TTL": "30", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "LOG_LEVEL": "debug", "AWS_REGION": "eu-west-1",
 		"SANDBOX_PROVIDER_ENABLED": "true", "CREDENTIAL_ALLOW_UNTAGGED_SECRETS": "true", "OAUTH_REFRESH_MARGIN": "45",
+		"DATABASE_POOL_SIZE": "12",
 	}), NeedQueue)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +60,8 @@ func TestParsesEveryVariable(t *testing.T) {
 	if c.ClaimBatchSize != 7 || c.DispatchMaxPerRun != 70 || c.MaxAttempts != 3 || c.Lease != time.Second ||
 		c.PushConcurrency != 4 || c.ProviderTimeout != 2500*time.Millisecond || c.CredentialReferencePrefix != "acme/" ||
 		c.CredentialCacheTTL != 30*time.Second || !c.AllowPrivateNetworks || c.LogLevel != slog.LevelDebug || c.AWSRegion != "eu-west-1" ||
-		!c.SandboxProviderEnabled || !c.CredentialAllowUntagged || c.OAuthRefreshMargin != 45*time.Second {
+		!c.SandboxProviderEnabled || !c.CredentialAllowUntagged || c.OAuthRefreshMargin != 45*time.Second ||
+		c.DatabasePoolSize != 12 {
 		t.Errorf("unexpected %+v", c)
 	}
 }
@@ -96,11 +99,53 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{"CIRCUIT_COOLDOWN", map[string]string{"DATABASE_URL": "x", "CIRCUIT_COOLDOWN": "2h"}, 0},
 		{"PUSH_BATCH_SIZE", map[string]string{"DATABASE_URL": "x", "PUSH_BATCH_SIZE": "0"}, 0},
 		{"PUSH_MAXIMUM_CONCURRENCY", map[string]string{"DATABASE_URL": "x", "PUSH_MAXIMUM_CONCURRENCY": "x"}, 0},
+		{"DATABASE_POOL_SIZE", map[string]string{"DATABASE_URL": "x", "DATABASE_POOL_SIZE": "four"}, 0},
+		{"DATABASE_POOL_SIZE", map[string]string{"DATABASE_URL": "x", "DATABASE_POOL_SIZE": "0"}, 0},
 	} {
 		_, err := Load(env(tc.env), tc.need)
 		if err == nil || !strings.Contains(err.Error(), tc.name) {
 			t.Errorf("env %v: error %v does not name %s", tc.env, err, tc.name)
 		}
+	}
+}
+
+// DATABASE_POOL_SIZE is the most connections one container opens: an
+// integer from 1 to 100, 4 when unset or blank (the template's
+// DatabasePoolSize default); anything else fails the start naming it, with
+// the range it takes.
+func TestDatabasePoolSize(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  int // 0: refused
+	}{
+		{"", 4},
+		{"  ", 4},
+		{"1", 1},
+		{"4", 4},
+		{" 12 ", 12},
+		{"20", 20},
+		{"100", 100},
+		{"0", 0},
+		{"-1", 0},
+		{"101", 0},
+		{"1.5", 0},
+		{"four", 0},
+		{"4 connections", 0},
+	} {
+		c, err := Load(env(map[string]string{"DATABASE_URL": "x", "DATABASE_POOL_SIZE": tc.value}), 0)
+		if tc.want == 0 {
+			if err == nil || !strings.Contains(err.Error(), "DATABASE_POOL_SIZE must be an integer from 1 to 100") ||
+				!strings.Contains(err.Error(), strconv.Quote(strings.TrimSpace(tc.value))) {
+				t.Errorf("DATABASE_POOL_SIZE=%q: error %v, want one naming the variable, its range and the value", tc.value, err)
+			}
+			continue
+		}
+		if err != nil || c.DatabasePoolSize != tc.want {
+			t.Errorf("DATABASE_POOL_SIZE=%q: got %d, %v; want %d", tc.value, c.DatabasePoolSize, err, tc.want)
+		}
+	}
+	if DefaultDatabasePoolSize != 4 {
+		t.Errorf("DefaultDatabasePoolSize = %d, want 4 (the template's DatabasePoolSize default)", DefaultDatabasePoolSize)
 	}
 }
 

@@ -1,6 +1,8 @@
 package migrate
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +15,34 @@ func pgxConfig(databaseURL string) (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing DATABASE_URL: %w", err)
 	}
-	pgtx.Configure(cfg) // our session settings (jit off), as the functions' pool
+	// make migrate holds a session (its run lock, its settings): it runs on
+	// a direct or session-pooled connection only (checkDirect), where it
+	// asks for jit off in its startup message, so none of its statements
+	// pays for JIT compilation on a large host table.
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["jit"] = "off"
 	return cfg, nil
+}
+
+// checkDirect refuses a transaction pooler: make migrate's run lock is a
+// session's advisory lock and its concurrent index builds span statements,
+// neither of which a pooler that changes server connection between
+// transactions keeps. Its check connects without our startup parameter,
+// which such a pooler may refuse before anything could be said.
+func checkDirect(ctx context.Context, cfg *pgx.ConnConfig) error {
+	plain := cfg.Copy()
+	delete(plain.RuntimeParams, "jit")
+	plain.Tracer = nil
+	pooled, err := pgtx.TransactionPooled(ctx, plain)
+	if err != nil {
+		return fmt.Errorf("checking the connection: %w", err)
+	}
+	if pooled {
+		return errors.New("DATABASE_URL reaches PostgreSQL through a transaction pooler (PgBouncer in transaction mode, RDS Proxy): " +
+			"make migrate needs a direct or session-pooled connection, since it holds a session lock and builds indexes concurrently. " +
+			"Run it with DATABASE_URL naming the database server itself (or the pooler's session mode); the functions work through the pooler. Nothing was changed")
+	}
+	return nil
 }

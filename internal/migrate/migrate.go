@@ -31,6 +31,8 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	outboxsql "integration-outbox/internal/outbox"
+	"integration-outbox/internal/sqlroutine"
 	"integration-outbox/migrations"
 )
 
@@ -89,6 +91,9 @@ func UpWith(ctx context.Context, databaseURL string, cfg Config) error {
 				}
 			}
 		}
+		if err := installRoutines(ctx, s, min(target, sources[len(sources)-1].Version)); err != nil {
+			return err
+		}
 		left, err := RecoverLeftovers(ctx, s.conn)
 		if err != nil {
 			return err
@@ -99,6 +104,27 @@ func UpWith(ctx context.Context, databaseURL string, cfg Config) error {
 		}
 		return nil
 	})
+}
+
+// RoutinesVersion is the migration from which make migrate installs the
+// statements' routines of its build (migrations/00023).
+const RoutinesVersion = 23
+
+// installRoutines installs this build's routines (internal/sqlroutine) once
+// the schema is at RoutinesVersion or later: at every run, since a build
+// whose statements changed brings routines of new names with no migration.
+func installRoutines(ctx context.Context, s session, version int64) error {
+	if version < RoutinesVersion {
+		return nil
+	}
+	n, err := sqlroutine.Install(ctx, s.conn, outboxsql.Routines())
+	if err != nil {
+		return fmt.Errorf("installing the statements' routines: %w", err)
+	}
+	if n > 0 {
+		s.log.InfoContext(ctx, "statement routines installed", "count", n)
+	}
+	return nil
 }
 
 // DownTo rolls back, one Down at a time, every migration after version.
@@ -210,6 +236,9 @@ func run(ctx context.Context, databaseURL string, cfg Config, up bool, fn func(s
 	}
 	connCfg, err := pgxConfig(databaseURL)
 	if err != nil {
+		return err
+	}
+	if err := checkDirect(ctx, connCfg); err != nil {
 		return err
 	}
 	db := stdlib.OpenDB(*connCfg)

@@ -29,7 +29,7 @@ func (s *Store) ClaimPlan(ctx context.Context, tx pgx.Tx, p ClaimParams, setup b
 	}
 	var plans []string
 	for _, p := range []ClaimParams{scheduled, listed} {
-		plan, err := s.statementPlan(ctx, tx, claimSQL(p), s.claimArgs(p))
+		plan, err := s.statementPlan(ctx, tx, claimStatement(p).SQL, s.claimArgs(p))
 		if err != nil {
 			return "", err
 		}
@@ -63,8 +63,8 @@ func (s *Store) statementPlan(ctx context.Context, tx pgx.Tx, sql string, args p
 
 // The statements whose plans outbox_test checks.
 var (
-	ClaimSQL             = claimScheduledSQL
-	DeadLetterExpiredSQL = deadLetterExpiredSQL
-	IdleSQL              = idleSQL
-	RecordSQL            = recordSQL
+	ClaimSQL             = claimScheduled.SQL
+	DeadLetterExpiredSQL = deadLetterExpired.SQL
+	IdleSQL              = idleCheck.SQL
+	RecordSQL            = record.SQL
 )

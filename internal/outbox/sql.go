@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"integration-outbox/internal/sqlfile"
+	"integration-outbox/internal/sqlroutine"
 )
 
 // Every statement on the outbox aggregate lives in sql/, one file per
@@ -28,21 +29,44 @@ var sqlFiles embed.FS
 // The statements, read once at package init.
 var (
 	claimSetupSQL        = statement("claim_setup")
-	claimScheduledSQL    = statement("claim_scheduled")
-	claimListedSQL       = statement("claim_listed")
+	claimLockSQL         = statement("claim_lock")
 	resetCircuitsSQL     = statement("reset_circuits")
-	idleSQL              = statement("idle")
-	deadLetterExpiredSQL = statement("dead_letter_expired")
 	releaseSQL           = statement("release")
 	unsupportedSQL       = statement("mark_unsupported")
 	noConnectionSQL      = statement("dead_letter_no_connection")
-	startSQL             = statement("start")
 	peekSQL              = statement("peek")
-	recordSQL            = statement("record")
 	releaseDeadLetterSQL = statement("release_dead_lettered")
 	textLengthsSQL       = statement("text_lengths")
 	wakeFollowersSQL     = statement("wake_followers")
 )
+
+// The statements that run through their routines (internal/sqlroutine):
+// those that cost far more to plan than to run, on every claim, start and
+// record. The claim's settings are claim_setup.sql's, which a plain claim's
+// transaction sets instead.
+var (
+	claimSettings = []sqlroutine.Setting{{Name: "plan_cache_mode", Value: "force_generic_plan"},
+		{Name: "enable_bitmapscan", Value: "off"}, {Name: "jit", Value: "off"}}
+	jitOff = sqlroutine.Setting{Name: "jit", Value: "off"}
+
+	claimScheduled    = routine("claim_scheduled", claimSettings...)
+	claimListed       = routine("claim_listed", claimSettings...)
+	idleCheck         = routine("idle", jitOff)
+	deadLetterExpired = routine("dead_letter_expired", jitOff)
+	start             = routine("start", jitOff)
+	record            = routine("record", jitOff)
+)
+
+// routine is sql/<name>.sql as a statement with a routine.
+func routine(name string, settings ...sqlroutine.Setting) *sqlroutine.Statement {
+	return sqlroutine.New("outbox/"+name, statement(name), settings...)
+}
+
+// Routines are the statements of the package that make migrate installs as
+// routines.
+func Routines() []*sqlroutine.Statement {
+	return []*sqlroutine.Statement{claimScheduled, claimListed, idleCheck, deadLetterExpired, start, record}
+}
 
 // fragmentMarker is where a statement takes sql/fragment/<name>.sql; the
 // stand-in SQL after it runs to /*end:<name>*/.

@@ -19,7 +19,7 @@ func TestEverySQLFileIsUsedAndEveryMarkerReplaced(t *testing.T) {
 	}
 	used := map[string]bool{}
 	var statements []string
-	for _, m := range regexp.MustCompile(`statement\("([a-z_]+)"\)`).FindAllStringSubmatch(string(src), -1) {
+	for _, m := range regexp.MustCompile(`(?:statement|routine)\("([a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
 		statements = append(statements, m[1])
 		used["sql/"+m[1]+".sql"] = true
 	}

@@ -20,6 +20,7 @@ import (
 	"integration-outbox/internal/hostschema"
 	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/sqlfile"
+	"integration-outbox/internal/sqlroutine"
 )
 
 // Status is an outbox row's status (contract).
@@ -76,12 +77,15 @@ type Store struct {
 	circuitsReset *atomic.Bool
 	// lengths are the host outbox's text lengths the record cuts to.
 	lengths *textLengths
+	// routines are the routines of Routines the database has.
+	routines *sqlroutine.Catalog
 }
 
 // NewStore returns a store on db, its circuit breaker off, its connection
 // health at DefaultHealth (events off).
 func NewStore(db DB) *Store {
-	return &Store{db: db, health: DefaultHealth(), circuitsReset: new(atomic.Bool), lengths: &textLengths{}}
+	return &Store{db: db, health: DefaultHealth(), circuitsReset: new(atomic.Bool), lengths: &textLengths{},
+		routines: sqlroutine.NewCatalog(Routines()...)}
 }
 
 // Circuit configures the circuit breaker that Record feeds.
@@ -271,7 +275,17 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
 	resetting := s.circuit.FailureThreshold <= 0 && !s.circuitsReset.Load()
 	var b Batch
 	err := pgtx.Do(ctx, bg, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, claimSetupSQL, pgx.NamedArgs{"lock_key": claimLockKey}); err != nil {
+		// The claim's routine sets claim_setup.sql's settings for its own
+		// run; a plain claim needs them set on its transaction.
+		routine, err := s.routines.Present(ctx, tx, claimStatement(p))
+		if err != nil {
+			return fmt.Errorf("reading the statements' routines: %w", err)
+		}
+		setup := claimSetupSQL
+		if routine {
+			setup = claimLockSQL
+		}
+		if _, err := tx.Exec(ctx, setup, pgx.NamedArgs{"lock_key": claimLockKey}); err != nil {
 			return fmt.Errorf("taking the claim lock: %w", err)
 		}
 		if resetting {
@@ -279,7 +293,6 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams) (Batch, error) {
 				return fmt.Errorf("resetting the circuits (the breaker is off): %w", err)
 			}
 		}
-		var err error
 		b, err = s.claimBatch(ctx, tx, p)
 		return err
 	})
@@ -305,21 +318,16 @@ func providerCaps(caps map[string]int) string {
 	return string(b)
 }
 
-// claimSQL is the claim statement for p: the listed claim when p names its
-// rows, else the scheduled one.
-// claimName is the name of claimSQL(p) in the logs.
-func claimName(p ClaimParams) string {
-	if p.IDs != nil {
-		return "outbox/claim_listed"
-	}
-	return "outbox/claim_scheduled"
-}
+// claimName is the name of claimStatement(p) in the logs.
+func claimName(p ClaimParams) string { return claimStatement(p).Name }
 
-func claimSQL(p ClaimParams) string {
+// claimStatement is the claim statement for p: the listed claim when p
+// names its rows, else the scheduled one.
+func claimStatement(p ClaimParams) *sqlroutine.Statement {
 	if p.IDs != nil {
-		return claimListedSQL
+		return claimListed
 	}
-	return claimScheduledSQL
+	return claimScheduled
 }
 
 // claimArgs are the claim statement's arguments for p.
@@ -343,7 +351,7 @@ func (s *Store) claimBatch(ctx context.Context, db DB, p ClaimParams) (Batch, er
 			return Batch{}, fmt.Errorf("waking the followers of the run's ended heads: %w", sqlfile.Wrap("outbox/wake_followers", err))
 		}
 	}
-	rows, err := db.Query(ctx, claimSQL(p), s.claimArgs(p))
+	rows, err := s.routines.Query(ctx, db, claimStatement(p), s.claimArgs(p))
 	if err != nil {
 		return Batch{}, err
 	}
@@ -393,7 +401,7 @@ func (s *Store) DeadLetterExpired(ctx context.Context, p ClaimParams) (int, erro
 func (s *Store) Idle(ctx context.Context, p ClaimParams) (bool, error) {
 	org, ids := p.scope()
 	var idle bool
-	if err := s.db.QueryRow(ctx, idleSQL, pgx.NamedArgs{"organization_id": org, "ids": ids}).Scan(&idle); err != nil {
+	if err := s.routines.QueryRow(ctx, s.db, idleCheck, pgx.NamedArgs{"organization_id": org, "ids": ids}).Scan(&idle); err != nil {
 		return false, fmt.Errorf("checking for work to dispatch: %w", sqlfile.Wrap("outbox/idle", err))
 	}
 	return idle, nil
@@ -414,7 +422,7 @@ type Sweep struct {
 func (s *Store) Sweep(ctx context.Context, p ClaimParams) (Sweep, error) {
 	org, ids := p.scope()
 	var sw Sweep
-	if err := s.db.QueryRow(ctx, deadLetterExpiredSQL, pgx.NamedArgs{
+	if err := s.routines.QueryRow(ctx, s.db, deadLetterExpired, pgx.NamedArgs{
 		"max_attempts": p.MaxAttempts, "organization_id": org, "ids": ids, "events_on": s.health.Events,
 	}).Scan(&sw.DeadLettered, &sw.Claimable); err != nil {
 		return Sweep{}, fmt.Errorf("dead-lettering expired leases: %w", sqlfile.Wrap("outbox/dead_letter_expired", err))
@@ -562,7 +570,7 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 			until[i] = &r.LeaseUntil
 		}
 	}
-	rows, err := s.db.Query(ctx, startSQL, pgx.NamedArgs{
+	rows, err := s.routines.Query(ctx, s.db, start, pgx.NamedArgs{
 		"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "connection_ids": conns, "lease_until": until,
 	})
 	if err != nil {
@@ -786,7 +794,7 @@ func (s *Store) record(ctx context.Context, results []recordRow) (Recorded, erro
 	if err != nil {
 		return Recorded{}, fmt.Errorf("recording %d results: %w", n, err)
 	}
-	rows, err := s.db.Query(ctx, recordSQL, pgx.NamedArgs{
+	rows, err := s.routines.Query(ctx, s.db, record, pgx.NamedArgs{
 		"outcomes":                       string(outcomesJSON),
 		"failure_threshold":              s.circuit.FailureThreshold,
 		"cooldown_seconds":               s.circuit.Cooldown.Seconds(),

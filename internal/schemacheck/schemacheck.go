@@ -6,7 +6,9 @@
 // by PostgreSQL, and the enqueue function run once; all in one transaction
 // that is rolled back, so it changes nothing. make migrate runs it after
 // installing (infra/migrate), operators after changing the host's tables
-// (outboxctl check).
+// (outboxctl check). It also says which statements' routines are missing
+// or out of date (internal/sqlroutine): not an error of the schema (the
+// statements then run plain), but a cost the operator should know about.
 package schemacheck
 
 import (
@@ -30,6 +32,7 @@ import (
 	"integration-outbox/internal/rerun"
 	"integration-outbox/internal/retention"
 	"integration-outbox/internal/sqlfile"
+	"integration-outbox/internal/sqlroutine"
 	"integration-outbox/internal/supplier"
 )
 
@@ -63,6 +66,9 @@ type Report struct {
 	Failures []Failure
 	// Checked is how many statements were prepared and planned.
 	Checked int
+	// Routines: the statements whose routine (internal/sqlroutine) is
+	// missing or made for other column types; they still work, plain.
+	Routines []sqlroutine.Problem
 }
 
 // Err is the report as one error naming every problem, or nil.
@@ -103,6 +109,14 @@ func Run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 				}
 				r.Failures = append(r.Failures, Failure{s.Name, err})
 			}
+		}
+		if len(r.Tables) == 0 && len(r.Failures) == 0 {
+			// A routine is made from its statement, which must prepare first.
+			problems, err := sqlroutine.Check(ctx, tx.Conn(), outbox.Routines())
+			if err != nil {
+				return fmt.Errorf("checking the statements' routines: %w", err)
+			}
+			r.Routines = problems
 		}
 		r.Checked++
 		if err := enqueueOnce(ctx, tx); err != nil {
