@@ -82,6 +82,12 @@ type statementFamily struct {
 // hold no constants: pg_stat_statements keeps texts with constants replaced
 // by $n.
 var churnFamilies = []statementFamily{
+	// A statement run through its routine (internal/sqlroutine): the
+	// routine's call is the top-level statement, its time the statement's.
+	{"claim", "integration_outbox_sql_outbox_claim_"},
+	{"sweep", "integration_outbox_sql_outbox_dead_letter_expired_"},
+	{"start", "integration_outbox_sql_outbox_start_"},
+	{"record", "integration_outbox_sql_outbox_record_"},
 	{"enqueue", "integration_outbox_enqueue("},
 	{"claim", "pg_advisory_xact_lock(hashtext("},
 	{"claim", "with recursive budget"},

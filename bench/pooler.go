@@ -237,7 +237,7 @@ func dropRoutines(ctx context.Context, url string) error {
 	return err
 }
 
-// poolerRows are the -only pooler rows, against the issue's goals: the
+// poolerTableRows are the -only pooler rows, against their goals: the
 // claim through PgBouncer ≤ 1.2× the build before's direct claim, the
 // throughput's jobs/s ≥ 0.9× and its PostgreSQL CPU per command ≤ 1.1× direct.
 func poolerTableRows(p *poolerResult) []tableRow {
@@ -293,5 +293,19 @@ func poolerMarkdown(p *poolerResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n**P. Behind a transaction pooler.** PgBouncer 1.18 (Debian's package) in `pool_mode = transaction` with its shipped settings otherwise, started by the bench as the `postgres` user on loopback (`internal/testenv`). Claim: one migrated database of %s rows loaded as in measurement 1, then one completed row in %d made `queued` again (%s due), vacuumed; a clone with our routines dropped is the build before them. Each variant is a pool of one connection configured as the functions' (`pgtx.Configure`: unnamed statements; the build before adds `default_query_exec_mode=cache_statement` to its URL, named prepared statements as pgx sends by default), and claims 50 through `outbox.Store.Claim` in a transaction rolled back; the time is pgx's trace of the scheduled claim's statement (the plain statement or its routine's call) from its send to its rows read, on loopback. The variants take turns, %d unmeasured rounds first. Throughput: measurement 5's run of our pipeline (%s jobs, %d push consumers each with its own pool, sandbox provider, batches of 10), once on a database whose routines were dropped with named statements (the build before), once direct, once with every function's `DATABASE_URL` through PgBouncer (`default_pool_size` %d, fewer server connections than the run's clients); PostgreSQL CPU is the cluster's processes' (not PgBouncer's).\n",
 		rows(p.Rows), poolerDueEvery, rows(p.Due), claimWarmup, rows(p.Jobs), p.Consumers, poolerServers)
+	fmt.Fprintf(&b, "\n   The throughput runs' server execution time per command by statement family (`pg_stat_statements`, top-level statements: a routine's call counts under its statement's family):\n\n")
+	for _, v := range []string{poolerBefore, poolerDirect, poolerBouncer} {
+		r, ok := p.Throughput[v]
+		if !ok || p.Jobs == 0 {
+			continue
+		}
+		var parts []string
+		for _, f := range throughputFamilyOrder {
+			if u, ok := r.Families[f]; ok {
+				parts = append(parts, fmt.Sprintf("%s %.3f ms", f, u.ExecMs/float64(p.Jobs)))
+			}
+		}
+		fmt.Fprintf(&b, "   - %s: %s\n", v, strings.Join(parts, ", "))
+	}
 	return b.String()
 }

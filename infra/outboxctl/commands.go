@@ -300,7 +300,7 @@ func (c *cli) check(ctx context.Context, args []string) error {
 		return fmt.Errorf("%d problem(s) found; nothing was changed", n)
 	}
 	fmt.Fprintf(c.stdout, "ok: the host's tables have what the worker needs, all %d statements prepare, and %d statements run through their routines\n",
-		r.Checked, len(outbox.Routines()))
+		r.Checked, len(schemacheck.Routines()))
 	return nil
 }
 

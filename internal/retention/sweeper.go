@@ -18,6 +18,7 @@ import (
 	"integration-outbox/internal/logging"
 	"integration-outbox/internal/metrics"
 	"integration-outbox/internal/pgtx"
+	"integration-outbox/internal/sqlroutine"
 	"integration-outbox/internal/strictjson"
 )
 
@@ -44,8 +45,9 @@ type Config struct {
 
 // Sweeper runs retention.
 type Sweeper struct {
-	db  pgtx.Beginner
-	cfg Config
+	db       pgtx.Beginner
+	cfg      Config
+	routines *sqlroutine.Catalog
 }
 
 // New returns a sweeper.
@@ -58,7 +60,7 @@ func New(db pgtx.Beginner, cfg Config) (*Sweeper, error) {
 	cfg.LockTimeout = cmp.Or(cfg.LockTimeout, time.Second)
 	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, 30*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	return &Sweeper{db: db, cfg: cfg}, nil
+	return &Sweeper{db: db, cfg: cfg, routines: sqlroutine.NewCatalog(Routines()...)}, nil
 }
 
 // Result is what one run did.
@@ -135,9 +137,14 @@ func (s *Sweeper) timeForABatch(ctx context.Context) bool {
 // batch deletes one batch in its own short transaction.
 func (s *Sweeper) batch(ctx context.Context) (n int, err error) {
 	err = pgtx.Do(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, batchTimeoutsSQL, pgx.NamedArgs{
+		rows, err := s.routines.Query(ctx, tx, batchTimeouts, pgx.NamedArgs{
 			"lock_timeout": millis(s.cfg.LockTimeout), "statement_timeout": millis(s.cfg.StatementTimeout),
-		}); err != nil {
+		})
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		if err != nil {
 			return fmt.Errorf("setting the batch's timeouts: %w", err)
 		}
 		if err := tx.QueryRow(ctx, deleteBatchSQL, pgx.NamedArgs{

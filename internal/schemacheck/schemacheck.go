@@ -48,6 +48,12 @@ func Statements() []sqlfile.Named {
 	return all
 }
 
+// Routines are every statement the functions run through a routine
+// (internal/sqlroutine), which make migrate installs.
+func Routines() []*sqlroutine.Statement {
+	return append(outbox.Routines(), retention.Routines()...)
+}
+
 // Failure is a statement PostgreSQL refused.
 type Failure struct {
 	Statement string
@@ -112,7 +118,7 @@ func Run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 		}
 		if len(r.Tables) == 0 && len(r.Failures) == 0 {
 			// A routine is made from its statement, which must prepare first.
-			problems, err := sqlroutine.Check(ctx, tx.Conn(), outbox.Routines())
+			problems, err := sqlroutine.Check(ctx, tx.Conn(), Routines())
 			if err != nil {
 				return fmt.Errorf("checking the statements' routines: %w", err)
 			}

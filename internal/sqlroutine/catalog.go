@@ -74,12 +74,16 @@ func (c *Catalog) Present(ctx context.Context, q Querier, s *Statement) (bool, e
 	return c.present[s.routine], nil
 }
 
-// gone records that s's routine was not found when called (a newer make
-// migrate dropped it): the next calls send the plain statement until the
-// next read.
+// gone records that s's routine cannot serve: it was not found when called
+// (a newer make migrate dropped it), or PostgreSQL refused the statement
+// inside it for a reason of the tables' shape (an error of class 42 raised
+// in the routine: the host changed a column's type since the routine was
+// made, and the plain statement, described anew, may still work). The next
+// calls send the plain statement until the next read, Recheck later.
 func (c *Catalog) gone(s *Statement, err error) {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "42883" || !strings.Contains(pgErr.Message, s.routine) {
+	if !errors.As(err, &pgErr) || !strings.HasPrefix(pgErr.Code, "42") ||
+		!strings.Contains(pgErr.Message+" "+pgErr.Where, s.routine) {
 		return
 	}
 	c.mu.Lock()

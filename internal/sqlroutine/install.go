@@ -36,17 +36,23 @@ var settingName = regexp.MustCompile(`^[a-z_][a-z0-9_.]*$`)
 func Install(ctx context.Context, conn *pgx.Conn, stmts []*Statement) (installed int, err error) {
 	now := time.Now().UTC()
 	for _, s := range stmts {
-		var exists bool
-		if err := conn.QueryRow(ctx, `select exists (select 1 from pg_proc
-			where proname = $1 and pronamespace = current_schema()::regnamespace)`, s.routine).Scan(&exists); err != nil {
-			return installed, fmt.Errorf("routine of %s: %w", s.Name, err)
-		}
-		if exists {
-			continue
-		}
 		def, err := Definition(ctx, conn, s)
 		if err != nil {
 			return installed, err
+		}
+		have, err := installedShape(ctx, conn, s, "current_schema()")
+		if err != nil {
+			return installed, err
+		}
+		if have == shape(def) {
+			continue
+		}
+		if have != "" {
+			// Made for other column types (the host changed one): its
+			// result type cannot be replaced in place.
+			if _, err := conn.Exec(ctx, "drop function "+s.routine+"("+strings.Join(paramTypes(have), ", ")+")"); err != nil {
+				return installed, fmt.Errorf("dropping the outdated routine of %s: %w", s.Name, err)
+			}
 		}
 		if _, err := conn.Exec(ctx, def); err != nil {
 			return installed, fmt.Errorf("creating the routine of %s: %w", s.Name, err)
@@ -173,12 +179,11 @@ func (p Problem) String() string { return p.Statement + ": " + p.Reason }
 func Check(ctx context.Context, conn *pgx.Conn, stmts []*Statement) ([]Problem, error) {
 	var problems []Problem
 	for _, s := range stmts {
-		var args, result *string
-		if err := conn.QueryRow(ctx, `select pg_get_function_identity_arguments(p), pg_get_function_result(p)
-			from (select to_regproc($1)::oid as p) r where p is not null`, s.routine).Scan(&args, &result); err != nil && err != pgx.ErrNoRows {
-			return nil, fmt.Errorf("reading the routine of %s: %w", s.Name, err)
+		have, err := installedShape(ctx, conn, s, "")
+		if err != nil {
+			return nil, err
 		}
-		if args == nil {
+		if have == "" {
 			problems = append(problems, Problem{s.Name, "its routine " + s.routine + " is missing: the functions send the statement plain, " +
 				"planned at every call (run make migrate with this build)"})
 			continue
@@ -187,12 +192,50 @@ func Check(ctx context.Context, conn *pgx.Conn, stmts []*Statement) ([]Problem, 
 		if err != nil {
 			return nil, err
 		}
-		want, _, _ := strings.Cut(def, "\nlanguage ")
-		got := fmt.Sprintf("create or replace function %s(%s)\nreturns %s", s.routine, *args, strings.Replace(*result, "TABLE(", "table (", 1))
-		if want != got {
+		if want := shape(def); want != have {
 			problems = append(problems, Problem{s.Name, "its routine " + s.routine + " was made for other column types than the host's tables have now " +
-				"(run make migrate): installed " + got + ", now " + want})
+				"(run make migrate: it makes it anew; meanwhile the functions send the statement plain after a call fails): installed " + have + ", now " + want})
 		}
 	}
 	return problems, nil
+}
+
+// installedShape is the signature and result of s's routine as installed
+// ("" when there is none), in shape's form: in schema (an SQL expression
+// of a schema's name), or as the search_path finds it when schema is "".
+func installedShape(ctx context.Context, conn *pgx.Conn, s *Statement, schema string) (string, error) {
+	find := `select p.oid from pg_proc p where p.proname = $1 and p.pronamespace = ` + schema + `::regnamespace`
+	if schema == "" {
+		find = `select to_regproc($1)::oid`
+	}
+	var args, result *string
+	err := conn.QueryRow(ctx, `select pg_get_function_identity_arguments(p), pg_get_function_result(p)
+		from (`+find+`) r(p) where p is not null`, s.routine).Scan(&args, &result)
+	if err == pgx.ErrNoRows || (err == nil && args == nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the routine of %s: %w", s.Name, err)
+	}
+	return fmt.Sprintf("%s(%s) returns %s", s.routine, *args, *result), nil
+}
+
+// shape is a Definition's signature and result as installedShape gives
+// them (PostgreSQL's pg_get_function_* forms).
+func shape(def string) string {
+	head, _, _ := strings.Cut(def, "\nlanguage ")
+	head = strings.TrimPrefix(head, "create or replace function ")
+	name, rest, _ := strings.Cut(head, "(")
+	params, result, _ := strings.Cut(rest, ")\nreturns table (")
+	return name + "(" + params + ") returns TABLE(" + result
+}
+
+// paramTypes are the parameter types of an installedShape.
+func paramTypes(shape string) []string {
+	_, rest, _ := strings.Cut(shape, "(")
+	params, _, _ := strings.Cut(rest, ") returns ")
+	if params == "" {
+		return nil
+	}
+	return strings.Split(params, ", ")
 }

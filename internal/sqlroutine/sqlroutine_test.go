@@ -181,6 +181,30 @@ func TestCheckAndTheCatalogNoticeADroppedOrOutdatedRoutine(t *testing.T) {
 	if err != nil || len(problems) != 1 || !strings.Contains(problems[0].Reason, "other column types") {
 		t.Fatalf("Check after a column type changed = %v, %v", problems, err)
 	}
+	// Its call fails once (the statement no longer matches the routine's
+	// result), then the catalog sends the plain statement, which works.
+	touchArgs := pgx.NamedArgs{"ids": []int{1}, "skip": "z", "suffix": "!"}
+	call := func() error {
+		rows, err := cat.Query(ctx, conn, touch, touchArgs)
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		return rows.Err()
+	}
+	if err := call(); err == nil {
+		t.Fatal("the outdated routine answered: this test could not see the fallback")
+	}
+	if err := call(); err != nil {
+		t.Fatalf("the plain statement after the outdated routine failed: %v", err)
+	}
+	// make migrate makes it anew.
+	if n, err := sqlroutine.Install(ctx, conn, stmts); err != nil || n != 2 {
+		t.Fatalf("Install after the type change = %d, %v; want touch's remade and count's made", n, err)
+	}
+	if problems, err := sqlroutine.Check(ctx, conn, stmts); err != nil || len(problems) > 0 {
+		t.Fatalf("Check after Install = %v, %v", problems, err)
+	}
 }
 
 // TestInstallDropsOnlyOtherBuildsOldRoutines: another build's routine
