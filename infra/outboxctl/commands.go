@@ -20,6 +20,7 @@ import (
 	"integration-outbox/internal/pgtx"
 	"integration-outbox/internal/report"
 	"integration-outbox/internal/rerun"
+	"integration-outbox/internal/routines"
 	"integration-outbox/internal/schemacheck"
 )
 
@@ -300,7 +301,7 @@ func (c *cli) check(ctx context.Context, args []string) error {
 		return fmt.Errorf("%d problem(s) found; nothing was changed", n)
 	}
 	fmt.Fprintf(c.stdout, "ok: the host's tables have what the worker needs, all %d statements prepare, and %d statements run through their routines\n",
-		r.Checked, len(schemacheck.Routines()))
+		r.Checked, len(routines.All()))
 	return nil
 }
 

@@ -31,7 +31,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
-	"integration-outbox/internal/schemacheck"
+	"integration-outbox/internal/routines"
 	"integration-outbox/internal/sqlroutine"
 	"integration-outbox/migrations"
 )
@@ -117,7 +117,7 @@ func installRoutines(ctx context.Context, s session, version int64) error {
 	if version < RoutinesVersion {
 		return nil
 	}
-	n, err := sqlroutine.Install(ctx, s.conn, schemacheck.Routines())
+	n, err := sqlroutine.Install(ctx, s.conn, routines.All())
 	if err != nil {
 		return fmt.Errorf("installing the statements' routines: %w", err)
 	}

@@ -31,6 +31,7 @@ import (
 	"integration-outbox/internal/report"
 	"integration-outbox/internal/rerun"
 	"integration-outbox/internal/retention"
+	"integration-outbox/internal/routines"
 	"integration-outbox/internal/sqlfile"
 	"integration-outbox/internal/sqlroutine"
 	"integration-outbox/internal/supplier"
@@ -46,12 +47,6 @@ func Statements() []sqlfile.Named {
 		all = append(all, pkg...)
 	}
 	return all
-}
-
-// Routines are every statement the functions run through a routine
-// (internal/sqlroutine), which make migrate installs.
-func Routines() []*sqlroutine.Statement {
-	return append(outbox.Routines(), retention.Routines()...)
 }
 
 // Failure is a statement PostgreSQL refused.
@@ -118,7 +113,7 @@ func Run(ctx context.Context, conn *pgx.Conn) (Report, error) {
 		}
 		if len(r.Tables) == 0 && len(r.Failures) == 0 {
 			// A routine is made from its statement, which must prepare first.
-			problems, err := sqlroutine.Check(ctx, tx.Conn(), Routines())
+			problems, err := sqlroutine.Check(ctx, tx.Conn(), routines.All())
 			if err != nil {
 				return fmt.Errorf("checking the statements' routines: %w", err)
 			}
