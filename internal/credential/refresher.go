@@ -132,9 +132,11 @@ func newOAuthRefresher(r *Resolver, cfg OAuthConfig) (*oauthRefresher, error) {
 // have refreshed it meanwhile), calls the token endpoint, writes the new set
 // back with PutSecretValue and only then hands the token out; the others
 // wait up to OAuthConfig.Wait and re-read. Besides Resolve's errors, it
-// returns errors wrapping ErrReauthorizationNeeded (the grant was refused:
-// hold the rows, charge no attempt) and, when the wait ran out or the token
-// endpoint failed, ErrUnavailable.
+// returns errors wrapping ErrReauthorizationNeeded (the token endpoint
+// refused the grant the secret's current version still holds: hold the
+// rows, charge no attempt; a grant refused after a reconnect wrote a newer
+// version is not one of them, that version is used at once) and, when the
+// wait ran out or the token endpoint failed, ErrUnavailable.
 func (r *Resolver) ResolveConnection(ctx context.Context, c Connection) (Credential, error) {
 	e, err := r.resolve(ctx, c.OrganizationID, c.Reference)
 	cred := e.credential
@@ -279,13 +281,43 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection, secretID str
 		return cur.credential, nil
 	}
 
-	tok, err := o.exchange(ctx, endpoint, *cur.credential.OAuth)
-	if err != nil {
-		var rerr *oauth2.RetrieveError
-		if errors.As(err, &rerr) && refusesGrant(rerr.ErrorCode) {
-			return Credential{}, o.markUnauthorized(ctx, c, cur.versionID, rerr)
+	// A refused grant is not concluded on the version read above: a
+	// reconnect may have written a new one since. The secret's
+	// current version is read once per refusal; a newer grant is taken, at
+	// most once, and only the grant the secret still holds makes the
+	// connection need reauthorization.
+	var tok *oauth2.Token
+	for retried := false; ; retried = true {
+		if tok, err = o.exchange(ctx, endpoint, *cur.credential.OAuth); err == nil {
+			break
 		}
-		return Credential{}, unavailable(c.Reference, fmt.Errorf("refreshing the OAuth2 token at %s: %w", endpoint, tokenError(err)))
+		var rerr *oauth2.RetrieveError
+		if !errors.As(err, &rerr) || !refusesGrant(rerr.ErrorCode) {
+			return Credential{}, unavailable(c.Reference, fmt.Errorf("refreshing the OAuth2 token at %s: %w", endpoint, tokenError(err)))
+		}
+		next, err := o.refused(ctx, c, cur, rerr)
+		if err != nil {
+			return Credential{}, err
+		}
+		if retried {
+			return Credential{}, unavailable(c.Reference, fmt.Errorf(
+				"the token endpoint refused the OAuth2 grant of secret version %s (%s), which a new version replaced again since; trying later",
+				cur.versionID, tokenError(rerr)))
+		}
+		r.log.InfoContext(ctx, "OAuth2 grant refused, but the secret has a newer version (the connection was reconnected): using it",
+			"connectionId", c.ID, "organizationId", c.OrganizationID, "reference", c.Reference,
+			"refusedVersion", cur.versionID, "currentVersion", next.versionID, "error", tokenError(rerr).Error())
+		// A sibling may have recorded the refusal of the old version
+		// meanwhile: the new one ends that hold now rather than at the
+		// next dispatch run.
+		if _, _, err := o.clear(ctx, c.OrganizationID, c.ID, next.versionID); err != nil {
+			r.log.WarnContext(ctx, "could not clear the reauthorization state of a reconnected connection; the next dispatch run does",
+				"connectionId", c.ID, "error", err.Error())
+		}
+		cur = next
+		if r.usable(c.Reference, *cur.credential.OAuth) {
+			return cur.credential, nil
+		}
 	}
 	if o.died(stageTokenAnswered) {
 		release = false
@@ -312,6 +344,39 @@ func (o *oauthRefresher) refresh(ctx context.Context, c Connection, secretID str
 	r.log.InfoContext(ctx, "OAuth2 access token refreshed and written back", "connectionId", c.ID,
 		"organizationId", c.OrganizationID, "reference", c.Reference, "expiresAt", g.AccessTokenExpiresAt)
 	return cur.credential, nil
+}
+
+// refused is what the token endpoint refusing cur's grant (rerr) means. It
+// reads the secret's current version once, past the cache (and caches it):
+// when that version holds another grant (a reconnect wrote it after cur was
+// read, or replaced the client's secret), it returns it and records
+// nothing. When the current version still holds the refused grant, it
+// records that the connection needs reauthorization and returns the
+// ErrReauthorizationNeeded error. A secret that can no longer serve the
+// connection returns Resolve's ErrRejected; one that cannot be read
+// (ErrUnavailable) records the refusal of cur's version, as the refusal
+// cannot be presented again usefully: a newer version, if there is one,
+// ends the hold at the next dispatch run (CheckReauthorized).
+func (o *oauthRefresher) refused(ctx context.Context, c Connection, cur cacheEntry, rerr *oauth2.RetrieveError) (cacheEntry, error) {
+	next, err := o.r.reread(ctx, c)
+	switch {
+	case errors.Is(err, ErrRejected):
+		return cacheEntry{}, err
+	case err != nil:
+		o.r.log.WarnContext(ctx, "OAuth2 grant refused and the secret could not be read again to look for a newer version",
+			"connectionId", c.ID, "reference", c.Reference, "error", err.Error())
+		return cacheEntry{}, o.markUnauthorized(ctx, c, cur.versionID, rerr)
+	case sameGrant(*next.credential.OAuth, *cur.credential.OAuth):
+		return cacheEntry{}, o.markUnauthorized(ctx, c, next.versionID, rerr)
+	}
+	return next, nil
+}
+
+// sameGrant reports whether a and b present the same grant to the token
+// endpoint: the same client and refresh token.
+func sameGrant(a, b OAuthGrant) bool {
+	return a.ClientID == b.ClientID && a.ClientSecret.value == b.ClientSecret.value &&
+		a.RefreshToken.value == b.RefreshToken.value
 }
 
 // died reports whether a test has the container die at stage.

@@ -97,13 +97,19 @@ func oauthSecret(a oauthServer, tok *oauth2.Token) string {
 // pool, HTTP client and Secrets Manager client.
 func (f *oauthFixture) container(t *testing.T, clock func() time.Time, cfg OAuthConfig) *Resolver {
 	t.Helper()
+	return f.containerWith(t, newClient(motoURL), clock, cfg)
+}
+
+// containerWith is container reading Secrets Manager through api.
+func (f *oauthFixture) containerWith(t *testing.T, api SecretsAPI, clock func() time.Time, cfg OAuthConfig) *Resolver {
+	t.Helper()
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(transport.CloseIdleConnections)
 	cfg.DB = testenv.OpenPool(t, f.db.URL, nil)
 	cfg.Secrets = f.writes
 	cfg.HTTPClient = &http.Client{Transport: transport, Timeout: 10 * time.Second}
 	cfg.AllowPrivateNetworks = true // the fosite server listens on loopback
-	r, err := NewResolver(newClient(motoURL), ResolverConfig{Region: testRegion, Clock: clock, OAuth: cfg,
+	r, err := NewResolver(api, ResolverConfig{Region: testRegion, Clock: clock, OAuth: cfg,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
