@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/jackc/pgx/v5"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -399,5 +401,33 @@ func TestPreviewPrintsTheRequest(t *testing.T) {
 	}
 	if r := x.run(t, "", "preview", ids.CommandID, "-org", x.f.NewID(t)); r.code != exitError || !strings.Contains(r.stderr, "not found") {
 		t.Errorf("preview for another organization: %+v", r)
+	}
+}
+
+// TestCommandsThroughPgBouncer: outboxctl with DATABASE_URL naming PgBouncer
+// in transaction mode (its shipped settings, 2 server connections): the
+// read views and check work and check says it met a transaction pooler;
+// with named statements asked for in the URL, check names that problem.
+func TestCommandsThroughPgBouncer(t *testing.T) {
+	x := setup(t)
+	bouncer, err := testenv.StartPgBouncer(servers.Postgres(t), testenv.PgBouncerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bouncer.Stop)
+	cfg, err := pgx.ParseConfig(x.f.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.env["DATABASE_URL"] = bouncer.URLFor(cfg.Database)
+	if r := x.run(t, "", "show", x.dead, "-org", x.org); r.code != exitOK || !strings.Contains(r.stdout, "unknown supplier") {
+		t.Errorf("show through PgBouncer: %+v", r)
+	}
+	if r := x.run(t, "", "check"); r.code != exitOK || !strings.Contains(r.stdout, "connection: through a transaction pooler") {
+		t.Errorf("check through PgBouncer: %+v", r)
+	}
+	x.env["DATABASE_URL"] += "&default_query_exec_mode=cache_statement"
+	if r := x.run(t, "", "check"); r.code != exitError || !strings.Contains(r.stdout, "remove default_query_exec_mode") {
+		t.Errorf("check through PgBouncer with named statements: %+v", r)
 	}
 }
