@@ -58,14 +58,18 @@ func (f followersClaim) listedRatio() float64 {
 	return float64(median(f.ListedWith)) / float64(median(f.ListedWithout))
 }
 
-// The pg_stat_statements texts of the two claims, as LIKE patterns.
+// The pg_stat_statements texts of the two claims, as LIKE patterns: the
+// call of the claim's routine (internal/sqlroutine; the top-level statement
+// where make migrate installed it, as on the bench's databases), or the
+// plain statement (where it did not).
 const (
-	scheduledClaimLike = "%with recursive budget%"
-	listedClaimLike    = "%), listed as (%"
+	scheduledClaimLike = "%integration_outbox_sql_outbox_claim_scheduled_%|%with recursive budget%"
+	listedClaimLike    = "%integration_outbox_sql_outbox_claim_listed_%|%), listed as (%"
 )
 
-// readClaimServer reads the pg_stat_statements entry of conn's database
-// of the claim statement whose text is like.
+// readClaimServer reads the pg_stat_statements top-level entries of conn's
+// database of the claim statement whose text is like (LIKE patterns
+// separated by "|", any of them).
 func readClaimServer(ctx context.Context, conn *pgx.Conn, like string) (claimServer, error) {
 	var s claimServer
 	err := conn.QueryRow(ctx, `
@@ -73,7 +77,8 @@ func readClaimServer(ctx context.Context, conn *pgx.Conn, like string) (claimSer
 		    coalesce(sum(s.total_exec_time) / nullif(sum(s.calls), 0), 0),
 		    coalesce(sum(s.shared_blks_hit + s.shared_blks_read)::float8 / nullif(sum(s.calls), 0), 0)
 		from pg_stat_statements s join pg_database d on d.oid = s.dbid
-		where d.datname = current_database() and s.toplevel and s.query like $1`, like).Scan(&s.Calls, &s.ExecMs, &s.Hits)
+		where d.datname = current_database() and s.toplevel
+		  and s.query like any (string_to_array($1, '|'))`, like).Scan(&s.Calls, &s.ExecMs, &s.Hits)
 	if err != nil {
 		return s, fmt.Errorf("reading the claim's pg_stat_statements entry: %w", err)
 	}

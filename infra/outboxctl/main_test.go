@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/jackc/pgx/v5"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"integration-outbox/internal/rerun"
 	"integration-outbox/internal/testenv"
