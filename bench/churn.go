@@ -88,6 +88,7 @@ var churnFamilies = []statementFamily{
 	{"sweep", "integration_outbox_sql_outbox_dead_letter_expired_"},
 	{"start", "integration_outbox_sql_outbox_start_"},
 	{"record", "integration_outbox_sql_outbox_record_"},
+	{"purchase order", "integration_outbox_sql_purchaseorder_load_"},
 	{"enqueue", "integration_outbox_enqueue("},
 	{"claim", "pg_advisory_xact_lock(hashtext("},
 	{"claim", "with recursive budget"},

@@ -34,11 +34,15 @@ const (
 const (
 	poolerBefore       = "direct, named statements, no routines (the build before)"
 	poolerDirect       = "direct, unnamed statements and routines (default)"
+	poolerDirectNamed  = "direct, named statements and routines (default_query_exec_mode=cache_statement)"
 	poolerBouncer      = "PgBouncer (transaction mode), unnamed statements and routines (default)"
 	poolerBouncerPlain = "PgBouncer (transaction mode), unnamed statements, no routines"
 )
 
 var poolerClaimVariants = []string{poolerBefore, poolerDirect, poolerBouncer, poolerBouncerPlain}
+
+// poolerThroughputVariants are the throughput runs, in order.
+var poolerThroughputVariants = []string{poolerBefore, poolerDirect, poolerDirectNamed, poolerBouncer}
 
 // poolerResult is the -only pooler measurement.
 type poolerResult struct {
@@ -163,12 +167,14 @@ func measurePooler(ctx context.Context, log *slog.Logger, env *benchEnv, runs, j
 		c.pool.Close()
 	}
 
-	for _, v := range []string{poolerBefore, poolerDirect, poolerBouncer} {
+	for _, v := range poolerThroughputVariants {
 		var prepare func(context.Context, string) error
 		appURL := func(url string) string { return url }
 		switch v {
 		case poolerBefore:
 			prepare = dropRoutines
+			appURL = func(url string) string { return url + "&default_query_exec_mode=cache_statement" }
+		case poolerDirectNamed:
 			appURL = func(url string) string { return url + "&default_query_exec_mode=cache_statement" }
 		case poolerBouncer:
 			appURL = via
@@ -264,7 +270,7 @@ func poolerTableRows(p *poolerResult) []tableRow {
 		return t
 	}
 	cpuPer := func(r ourRun) float64 { return r.CPU.Postgres.Seconds() * 1000 / float64(p.Jobs) }
-	for _, v := range []string{poolerBefore, poolerBouncer} {
+	for _, v := range []string{poolerBefore, poolerDirectNamed, poolerBouncer} {
 		r, ok := p.Throughput[v]
 		if !ok || r.Took == 0 {
 			continue
@@ -275,9 +281,10 @@ func poolerTableRows(p *poolerResult) []tableRow {
 			fmt.Sprintf("%.0f jobs/s, PostgreSQL CPU %.3f ms per command", perSecond(p.Jobs, r.Took), cpuPer(r)),
 			fmt.Sprintf("direct, routines: %.0f jobs/s, %.3f ms per command", perSecond(p.Jobs, direct.Took), cpuPer(direct)),
 			fmt.Sprintf("jobs/s %s, CPU %s", x(jobsRatio), x(cpuRatio)), "", ""}
-		if v == poolerBouncer {
+		switch v {
+		case poolerBouncer:
 			row.target, row.status = "jobs/s ≥ 0.90×, CPU ≤ 1.10×", status(jobsRatio >= 0.9 && cpuRatio <= 1.1)
-		} else {
+		case poolerBefore:
 			row.measure = fmt.Sprintf("Throughput, %s jobs, dispatch + %d push consumers: the build before (direct, named statements, no routines) against direct with routines", rows(p.Jobs), p.Consumers)
 		}
 		t = append(t, row)
@@ -291,10 +298,10 @@ func poolerMarkdown(p *poolerResult) string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n**P. Behind a transaction pooler.** PgBouncer 1.18 (Debian's package) in `pool_mode = transaction` with its shipped settings otherwise, started by the bench as the `postgres` user on loopback (`internal/testenv`). Claim: one migrated database of %s rows loaded as in measurement 1, then one completed row in %d made `queued` again (%s due), vacuumed; a clone with our routines dropped is the build before them. Each variant is a pool of one connection configured as the functions' (`pgtx.Configure`: unnamed statements; the build before adds `default_query_exec_mode=cache_statement` to its URL, named prepared statements as pgx sends by default), and claims 50 through `outbox.Store.Claim` in a transaction rolled back; the time is pgx's trace of the scheduled claim's statement (the plain statement or its routine's call) from its send to its rows read, on loopback. The variants take turns, %d unmeasured rounds first. Throughput: measurement 5's run of our pipeline (%s jobs, %d push consumers each with its own pool, sandbox provider, batches of 10), once on a database whose routines were dropped with named statements (the build before), once direct, once with every function's `DATABASE_URL` through PgBouncer (`default_pool_size` %d, fewer server connections than the run's clients); PostgreSQL CPU is the cluster's processes' (not PgBouncer's).\n",
+	fmt.Fprintf(&b, "\n**P. Behind a transaction pooler.** PgBouncer 1.18 (Debian's package) in `pool_mode = transaction` with its shipped settings otherwise, started by the bench as the `postgres` user on loopback (`internal/testenv`). Claim: one migrated database of %s rows loaded as in measurement 1, then one completed row in %d made `queued` again (%s due), vacuumed; a clone with our routines dropped is the build before them. Each variant is a pool of one connection configured as the functions' (`pgtx.Configure`: unnamed statements; the build before adds `default_query_exec_mode=cache_statement` to its URL, named prepared statements as pgx sends by default), and claims 50 through `outbox.Store.Claim` in a transaction rolled back; the time is pgx's trace of the scheduled claim's statement (the plain statement or its routine's call) from its send to its rows read, on loopback. The variants take turns, %d unmeasured rounds first. Throughput: measurement 5's run of our pipeline (%s jobs, %d push consumers each with its own pool, sandbox provider, batches of 10), once on a database whose routines were dropped with named statements (the build before), once direct, once direct with named statements (`default_query_exec_mode=cache_statement`) and the routines, once with every function's `DATABASE_URL` through PgBouncer (`default_pool_size` %d, fewer server connections than the run's clients); PostgreSQL CPU is the cluster's processes' (not PgBouncer's).\n",
 		rows(p.Rows), poolerDueEvery, rows(p.Due), claimWarmup, rows(p.Jobs), p.Consumers, poolerServers)
 	fmt.Fprintf(&b, "\n   The throughput runs' server execution time per command by statement family (`pg_stat_statements`, top-level statements: a routine's call counts under its statement's family):\n\n")
-	for _, v := range []string{poolerBefore, poolerDirect, poolerBouncer} {
+	for _, v := range poolerThroughputVariants {
 		r, ok := p.Throughput[v]
 		if !ok || p.Jobs == 0 {
 			continue

@@ -20,6 +20,7 @@ import (
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/push"
 	"integration-outbox/internal/sqlfile"
+	"integration-outbox/internal/sqlroutine"
 )
 
 // CommandType is the command_type of a purchase-order push (contract).
@@ -36,11 +37,14 @@ type Querier interface {
 
 // Command is push_purchase_order, for push.New.
 type Command struct {
-	db Querier
+	db       Querier
+	routines *sqlroutine.Catalog
 }
 
 // NewCommand returns the command; it loads orders through db.
-func NewCommand(db Querier) *Command { return &Command{db: db} }
+func NewCommand(db Querier) *Command {
+	return &Command{db: db, routines: sqlroutine.NewCatalog(Routines()...)}
+}
 
 // Type returns CommandType.
 func (*Command) Type() string { return CommandType }
@@ -78,7 +82,7 @@ func (c *Command) Load(ctx context.Context, jobs []outbox.Job) ([]push.Delivery,
 		}
 		refs[i], refErrs[i] = readSupplierRef(j.Payload)
 	}
-	rows, err := c.db.Query(ctx, loadSQL, pgx.NamedArgs{"outbox_ids": ids, "organization_ids": orgs, "order_ids": orders,
+	rows, err := c.routines.Query(ctx, c.db, load, pgx.NamedArgs{"outbox_ids": ids, "organization_ids": orgs, "order_ids": orders,
 		"location_ids": locations, "connection_ids": conns, "providers": providers})
 	if err != nil {
 		return nil, fmt.Errorf("loading %d purchase orders: %w", n, sqlfile.Wrap("purchaseorder/load", err))
@@ -161,7 +165,7 @@ func (c *Command) lookUpSuppliers(ctx context.Context, jobs []outbox.Job, found 
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := c.db.Query(ctx, suppliersSQL, pgx.NamedArgs{"outbox_ids": ids, "organization_ids": orgs,
+	rows, err := c.routines.Query(ctx, c.db, supplierLookUp, pgx.NamedArgs{"outbox_ids": ids, "organization_ids": orgs,
 		"connection_ids": conns, "providers": providers, "supplier_ids": suppliers})
 	if err != nil {
 		return fmt.Errorf("looking up %d suppliers: %w", len(ids), sqlfile.Wrap("purchaseorder/suppliers", err))

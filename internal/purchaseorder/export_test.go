@@ -1,4 +1,4 @@
 package purchaseorder
 
 // SuppliersSQL is the supplier look-up, for its plan test.
-var SuppliersSQL = suppliersSQL
+var SuppliersSQL = supplierLookUp.SQL

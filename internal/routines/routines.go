@@ -6,12 +6,16 @@
 package routines
 
 import (
+	"slices"
+
 	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/purchaseorder"
 	"integration-outbox/internal/retention"
 	"integration-outbox/internal/sqlroutine"
+	"integration-outbox/internal/supplier"
 )
 
 // All are the statements with a routine, by package.
 func All() []*sqlroutine.Statement {
-	return append(outbox.Routines(), retention.Routines()...)
+	return slices.Concat(outbox.Routines(), purchaseorder.Routines(), supplier.Routines(), retention.Routines())
 }

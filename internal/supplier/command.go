@@ -18,6 +18,7 @@ import (
 	"integration-outbox/internal/provider"
 	"integration-outbox/internal/push"
 	"integration-outbox/internal/sqlfile"
+	"integration-outbox/internal/sqlroutine"
 )
 
 // CommandType is the command_type of a supplier push (contract).
@@ -30,7 +31,14 @@ const EntityType = "supplier"
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-var loadSQL = sqlfile.Statement(sqlFiles, "supplier", "load")
+// load runs through its routine (internal/sqlroutine): one of the three
+// statements of every push batch, sent unnamed it would be planned at
+// every batch.
+var load = sqlroutine.New("supplier/load", sqlfile.Statement(sqlFiles, "supplier", "load"), sqlroutine.Setting{Name: "jit", Value: "off"})
+
+// Routines are the package's statements that make migrate installs as
+// routines.
+func Routines() []*sqlroutine.Statement { return []*sqlroutine.Statement{load} }
 
 // Statements are every statement of the package, for the schema check
 // (internal/schemacheck).
@@ -38,12 +46,15 @@ func Statements() []sqlfile.Named { return sqlfile.All(sqlFiles, "supplier") }
 
 // Command is push_supplier, for push.New.
 type Command struct {
-	db document.Querier
+	db       document.Querier
+	routines *sqlroutine.Catalog
 }
 
 // NewCommand returns the command; it reads and writes the suppliers'
 // documents through db.
-func NewCommand(db document.Querier) *Command { return &Command{db: db} }
+func NewCommand(db document.Querier) *Command {
+	return &Command{db: db, routines: sqlroutine.NewCatalog(Routines()...)}
+}
 
 // Type returns CommandType.
 func (*Command) Type() string { return CommandType }
@@ -74,7 +85,7 @@ func (c *Command) Load(ctx context.Context, jobs []outbox.Job) ([]push.Delivery,
 	}
 	known := make(map[string]*provider.Document, len(ids))
 	if len(ids) > 0 {
-		rows, err := c.db.Query(ctx, loadSQL, pgx.NamedArgs{"outbox_ids": ids, "supplier_ids": entities,
+		rows, err := c.routines.Query(ctx, c.db, load, pgx.NamedArgs{"outbox_ids": ids, "supplier_ids": entities,
 			"connection_ids": conns, "providers": providers})
 		if err != nil {
 			return nil, fmt.Errorf("loading %d suppliers' documents: %w", len(ids), sqlfile.Wrap("supplier/load", err))
