@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,39 @@ type followersClaim struct {
 	// backlog's connection, newer than the backlog.
 	ListedWithout, ListedWith []time.Duration
 	ListedServer              [2]claimServer
+	// Parking holds, without the followers and with them, the committed
+	// claims that ran before the measured ones (parkFollowers): the
+	// claims that parked the followers, under the claim's lock.
+	Parking [2][]parkingClaim
+}
+
+// parkingClaim is one committed claim of parkFollowers: how long it took
+// (ClaimBatch: its transaction, lock and statement) and how many followers
+// it parked.
+type parkingClaim struct {
+	Took   time.Duration
+	Parked int
+}
+
+// parkingTimes are the durations of the claims of cs that parked followers
+// (with parked true) or of all of them.
+func parkingTimes(cs []parkingClaim, parked bool) []time.Duration {
+	var ds []time.Duration
+	for _, c := range cs {
+		if !parked || c.Parked > 0 {
+			ds = append(ds, c.Took)
+		}
+	}
+	return ds
+}
+
+// maxDuration is the longest of ds (0 for none).
+func maxDuration(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
 }
 
 // listedRows is how many rows the followers measurement's listed claim
@@ -143,28 +177,54 @@ func loadFollowers(ctx context.Context, conn *pgx.Conn, followers int) (string, 
 // park the whole backlog.
 const parkClaims = followersBacklog/100 + 2
 
-// parkFollowers loads the in-flight command and followers commands behind
-// it (loadFollowers), then runs parkClaims claims of its organization, each
-// committed, as the dispatch runs would before the measured claims: the
-// claims that meet the backlog park it. Both databases of the measurement
-// run the same claims. With followers, every one must be parked after them.
-func parkFollowers(ctx context.Context, conn *pgx.Conn, followers int, listed *[]string) error {
-	org, err := loadFollowers(ctx, conn, followers)
-	if err != nil {
+// loadFollowersOnly is the first half of the followers measurement's
+// prepare: the in-flight command and followers commands behind it
+// (loadFollowers), before the database settles; parkFollowers, after it,
+// parks them.
+func loadFollowersOnly(followers int, org *string) func(context.Context, *pgx.Conn) error {
+	return func(ctx context.Context, conn *pgx.Conn) (err error) {
+		*org, err = loadFollowers(ctx, conn, followers)
 		return err
 	}
+}
+
+// parkFollowers runs parkClaims claims of org (loadFollowersOnly), each
+// committed, as the dispatch runs would before the measured claims: the
+// claims that meet the backlog park it. It runs once the database has
+// settled (VACUUM, ANALYZE), as in production, where parking 10,000 rows
+// of a large outbox is far from what makes autovacuum analyze the table
+// (10% of its rows changed) or vacuum it (20%): the measured claims meet
+// the statistics of before the parking (no row waiting) and the walk
+// index's dead entries of the parked rows. Both databases of the measurement run the
+// same claims; each claim's duration and how many followers it parked go to
+// parking. With followers, every one must be parked after them.
+func parkFollowers(ctx context.Context, conn *pgx.Conn, org string, followers int, listed *[]string,
+	parking *[]parkingClaim) error {
 	store := outbox.NewStore(conn).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
+	countParked := func() (int, error) {
+		var n int
+		err := conn.QueryRow(ctx, `
+			select count(*) from external_integration_outbox
+			where organization_id = $1 and status = 'queued' and waiting_for_outbox_id is not null`, org).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("counting the parked followers: %w", err)
+		}
+		return n, nil
+	}
+	parked := 0
 	for range parkClaims {
+		began := time.Now()
 		if _, err := store.ClaimBatch(ctx, outbox.ClaimParams{Limit: 1, MaxAttempts: 10, Lease: 900 * time.Second,
 			MaxInFlight: 5000, OrganizationID: org}); err != nil {
 			return fmt.Errorf("claiming the followers' organization: %w", err)
 		}
-	}
-	var parked int
-	if err := conn.QueryRow(ctx, `
-		select count(*) from external_integration_outbox
-		where organization_id = $1 and status = 'queued' and waiting_for_outbox_id is not null`, org).Scan(&parked); err != nil {
-		return fmt.Errorf("counting the parked followers: %w", err)
+		took := time.Since(began)
+		n, err := countParked()
+		if err != nil {
+			return err
+		}
+		*parking = append(*parking, parkingClaim{Took: took, Parked: n - parked})
+		parked = n
 	}
 	if parked != followers {
 		return fmt.Errorf("%d claims parked %d of the %d followers", parkClaims, parked, followers)
@@ -219,14 +279,18 @@ func listedClaimOnce(ctx context.Context, conn *pgx.Conn, ids []string) (time.Du
 func measureFollowers(ctx context.Context, log *slog.Logger, env *benchEnv, rows, runs int) (res followersClaim, err error) {
 	res = followersClaim{Rows: rows, Followers: followersBacklog}
 	listed := make([][]string, 2)
+	orgs := make([]string, 2)
 	claims := []benchClaim{fairBenchClaim, {like: listedClaimLike,
 		once: func(ctx context.Context, conn *pgx.Conn, db int) (time.Duration, error) {
 			return listedClaimOnce(ctx, conn, listed[db])
 		}}}
 	samples, server, err := alternateClaims(ctx, log, env, rows, runs, claims,
-		func(ctx context.Context, conn *pgx.Conn) error { return parkFollowers(ctx, conn, 0, &listed[0]) },
+		[]func(context.Context, *pgx.Conn) error{loadFollowersOnly(0, &orgs[0]), loadFollowersOnly(followersBacklog, &orgs[1])},
 		func(ctx context.Context, conn *pgx.Conn) error {
-			return parkFollowers(ctx, conn, followersBacklog, &listed[1])
+			return parkFollowers(ctx, conn, orgs[0], 0, &listed[0], &res.Parking[0])
+		},
+		func(ctx context.Context, conn *pgx.Conn) error {
+			return parkFollowers(ctx, conn, orgs[1], followersBacklog, &listed[1], &res.Parking[1])
 		})
 	if err != nil {
 		return res, err
@@ -239,7 +303,8 @@ func measureFollowers(ctx context.Context, log *slog.Logger, env *benchEnv, rows
 		"serverWithoutMs", res.Server[0].ExecMs, "serverWithMs", res.Server[1].ExecMs,
 		"hitsWithout", res.Server[0].Hits, "hitsWith", res.Server[1].Hits,
 		"listedRatio", fmt.Sprintf("%.2f", res.listedRatio()),
-		"listedServerWithoutMs", res.ListedServer[0].ExecMs, "listedServerWithMs", res.ListedServer[1].ExecMs)
+		"listedServerWithoutMs", res.ListedServer[0].ExecMs, "listedServerWithMs", res.ListedServer[1].ExecMs,
+		"parkingMedian", median(parkingTimes(res.Parking[1], true)), "parkingMax", maxDuration(parkingTimes(res.Parking[1], true)))
 	return res, nil
 }
 
@@ -252,7 +317,7 @@ func measureFollowers(ctx context.Context, log *slog.Logger, env *benchEnv, rows
 // claim statement's server side over them, and drops the databases.
 func alternateFairClaims(ctx context.Context, log *slog.Logger, env *benchEnv, rows, runs int,
 	prepares ...func(context.Context, *pgx.Conn) error) ([][]time.Duration, []claimServer, error) {
-	samples, server, err := alternateClaims(ctx, log, env, rows, runs, []benchClaim{fairBenchClaim}, prepares...)
+	samples, server, err := alternateClaims(ctx, log, env, rows, runs, []benchClaim{fairBenchClaim}, nil, prepares...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -277,8 +342,10 @@ var fairBenchClaim = benchClaim{like: scheduledClaimLike,
 // alternateClaims is alternateFairClaims for each claim of claims: in each
 // round, each claim in turn on each database in turn. It returns, per claim,
 // each database's measured durations and that claim statement's server
-// side over them.
+// side over them. A database with a loads entry (nil: none) runs it before
+// it settles, and its prepare after.
 func alternateClaims(ctx context.Context, log *slog.Logger, env *benchEnv, rows, runs int, claims []benchClaim,
+	loads []func(context.Context, *pgx.Conn) error,
 	prepares ...func(context.Context, *pgx.Conn) error) (_ [][][]time.Duration, _ [][]claimServer, err error) {
 	var conns []*pgx.Conn
 	defer func() {
@@ -300,6 +367,18 @@ func alternateClaims(ctx context.Context, log *slog.Logger, env *benchEnv, rows,
 		conns = append(conns, conn)
 		if err := loadFairOutbox(ctx, conn, rows, false); err != nil {
 			return nil, nil, err
+		}
+		if i < len(loads) {
+			if err := loads[i](ctx, conn); err != nil {
+				return nil, nil, fmt.Errorf("loading database %d: %w", i, err)
+			}
+			if err := settle(ctx, log, conn, fairClaimTables); err != nil {
+				return nil, nil, fmt.Errorf("database %d: %w", i, err)
+			}
+			if err := prepare(ctx, conn); err != nil {
+				return nil, nil, fmt.Errorf("preparing database %d: %w", i, err)
+			}
+			continue
 		}
 		if err := prepare(ctx, conn); err != nil {
 			return nil, nil, fmt.Errorf("preparing database %d: %w", i, err)
@@ -353,7 +432,7 @@ func followersMarkdown(f *followersClaim) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("\n## The claim with a blocked backlog of one entity\n\n")
-	p("The fair, capped claim (as above, on %s rows) with its rotation starting at the first organization whose circuit is closed, on whose connection one command of a purchase order is in flight (processing, leased); beside it the same load with %s queued commands of that purchase order behind it, older than every other due row, so the walk reads them before the pair's ordinary due rows. Before the measured claims each database runs %d claims of that organization, committed, as the dispatch runs would: those that meet the backlog park it (every follower must be parked after them). The two databases take turns claim by claim: %d unmeasured claims each, then the median of %d, each rolled back.\n\n",
+	p("The fair, capped claim (as above, on %s rows) with its rotation starting at the first organization whose circuit is closed, on whose connection one command of a purchase order is in flight (processing, leased); beside it the same load with %s queued commands of that purchase order behind it, older than every other due row, so the walk reads them before the pair's ordinary due rows. Each database settles (`VACUUM`, `ANALYZE`, autovacuum off) once loaded; then it runs %d claims of that organization, committed, as the dispatch runs would: those that meet the backlog park it (every follower must be parked after them). The measured claims thus meet what a large outbox has after the parking: the planner's statistics of before it (nothing waits; autovacuum analyzes a table once 10%% of its rows changed) and the parked rows' dead entries in the walk index. The two databases take turns claim by claim: %d unmeasured claims each, then the median of %d, each rolled back.\n\n",
 		rows(f.Rows), rows(f.Followers), parkClaims, claimWarmup, len(f.With))
 	p("The claim's time is taken as in the claim scaling (the statement and reading its rows); the server's figures are the claim statement's `pg_stat_statements` entry over the measured claims (reset after the unmeasured ones): its mean execution time, and its mean shared buffers hit or read, a count the machine's load does not change.\n\n")
 	p("| Measure | Without the backlog | With it | Ratio | Target |\n|---|---|---|---|---|\n")
@@ -361,6 +440,12 @@ func followersMarkdown(f *followersClaim) string {
 	w, k := f.Server[0], f.Server[1]
 	p("| Server execution per claim (mean) | %.2f ms | %.2f ms | %s | ≤ 1.50× |\n", w.ExecMs, k.ExecMs, x(k.ExecMs/w.ExecMs))
 	p("| Shared buffers per claim (mean) | %.0f | %.0f | %s | |\n", w.Hits, k.Hits, x(k.Hits/w.Hits))
+	if parking := parkingTimes(f.Parking[1], true); len(parking) > 0 {
+		all := parkingTimes(f.Parking[0], false)
+		p("\nThe parking claims (committed, one row of that organization each, under the claim's lock): %d of the %d claims with the backlog parked it, at most %d followers a claim; their median %s, the longest %s; the same claims without the backlog: median %s, the longest %s.\n",
+			len(parking), len(f.Parking[1]), slices.MaxFunc(f.Parking[1], func(a, b parkingClaim) int { return a.Parked - b.Parked }).Parked,
+			ms(median(parking)), ms(maxDuration(parking)), ms(median(all)), ms(maxDuration(all)))
+	}
 	p("\nThe listed claim (a rerun's `dispatchNow`) of %d due commands of that connection, each of its own order and newer than the backlog, added after the parking claims; no connection cap; in the same rounds, rolled back:\n\n", listedRows)
 	p("| Measure | Without the backlog | With it | Ratio | Target |\n|---|---|---|---|---|\n")
 	p("| Median listed claim | %s | %s | %s | ≤ 1.50× |\n", ms(median(f.ListedWithout)), ms(median(f.ListedWith)), x(f.listedRatio()))

@@ -110,25 +110,40 @@ with budget as (
         -- older snapshot): the follower is still parked behind it, and the
         -- next claim's wake takes it.
         or exists (select 1 from unnest(@heads::text[]::uuid[]) as r(id)
-                join external_integration_outbox w on w.waiting_for_outbox_id = r.id
-                where w.waiting_for_outbox_id is not null and w.status = 'queued'
-                  and not exists (select 1 from external_integration_outbox a
+                cross join lateral (
+                    select 1 from external_integration_outbox w
+                    where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = r.id
+                      and w.status = 'queued'
+                    limit 1) w
+                where not exists (select 1 from external_integration_outbox a
                                   where a.id = r.id and a.status in ('queued', 'failed', 'processing')))
         or exists (select 1 from unnest(@awaited::text[]::uuid[]) as r(id)
                 join external_integration_outbox h on h.id = r.id
-                where h.status = 'processing' and h.provider_status is null and h.lease_expires_at > now()
-                  and exists (select 1 from external_integration_outbox w
-                              where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = h.id
-                                and w.status in ('queued', 'failed'))) as held_behind
+                cross join lateral (
+                    select 1 from external_integration_outbox w
+                    where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = h.id
+                      and w.status in ('queued', 'failed')
+                    limit 1) w
+                where h.status = 'processing' and h.provider_status is null and h.lease_expires_at > now()) as held_behind
 )
+-- The waiting index is read by a probe per id (lateral, one row at most):
+-- as a join, an EXISTS or IN, the generic plan may read all of it, as a hash
+-- of its ids or as a join's outer side, where the statistics say that few
+-- rows wait. They are those of before the followers were parked until
+-- autovacuum analyzes the table again (10% of its rows changed): every
+-- claim then read every parked row (10,000 of them: 2.8 times the claim
+-- without them at 1M rows; TestAClaimReadsNoParkedFollower).
 select c.id::text, c.organization_id::text, coalesce(c.integration_connection_id::text, ''),
     coalesce(c.command_type, ''), c.claim_token::text, c.attempt_count, c.reclaimed, c.probe, c.created_at,
-    coalesce(f.followers, false)
-        or exists (select 1 from external_integration_outbox w
-                   where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = c.id
-                     and w.status = 'queued') as followers,
+    coalesce(f.followers, false) or coalesce(pf.parked, false) as followers,
     h.held, h.held_behind
 from held h
 left join claimed c on true
 left join heads f on f.id = c.id
+-- A follower parked behind the claimed row (what the run waits for).
+left join lateral (
+    select true as parked from external_integration_outbox w
+    where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = c.id
+      and w.status = 'queued'
+    limit 1) pf on true
 /*end:take*/
