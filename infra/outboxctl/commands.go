@@ -277,6 +277,10 @@ func (c *cli) check(ctx context.Context, args []string) error {
 	defer a.Close()
 	conn, err := a.Pool.Acquire(ctx)
 	if err != nil {
+		if strings.Contains(err.Error(), "unsupported startup parameter") {
+			return fmt.Errorf("connecting: %w (a pooler refuses the startup parameters a DATABASE_URL's search_path or options become: "+
+				"remove them from the URL and give the functions' role its search_path instead: alter role … set search_path = …)", err)
+		}
 		return fmt.Errorf("connecting: %w", err)
 	}
 	defer conn.Release()

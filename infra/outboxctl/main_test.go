@@ -426,8 +426,14 @@ func TestCommandsThroughPgBouncer(t *testing.T) {
 	if r := x.run(t, "", "check"); r.code != exitOK || !strings.Contains(r.stdout, "connection: through a transaction pooler") {
 		t.Errorf("check through PgBouncer: %+v", r)
 	}
-	x.env["DATABASE_URL"] += "&default_query_exec_mode=cache_statement"
+	pooled := x.env["DATABASE_URL"]
+	x.env["DATABASE_URL"] = pooled + "&default_query_exec_mode=cache_statement"
 	if r := x.run(t, "", "check"); r.code != exitError || !strings.Contains(r.stdout, "remove default_query_exec_mode") {
 		t.Errorf("check through PgBouncer with named statements: %+v", r)
+	}
+	// A search_path in the URL is a startup parameter PgBouncer refuses.
+	x.env["DATABASE_URL"] = pooled + "&search_path=public"
+	if r := x.run(t, "", "check"); r.code != exitError || !strings.Contains(r.stderr, "alter role") {
+		t.Errorf("check through PgBouncer with a search_path in the URL: %+v", r)
 	}
 }
