@@ -3,6 +3,7 @@ package purchaseorder
 import (
 	"embed"
 
+	posql "integration-outbox/internal/purchaseorder/sql"
 	"integration-outbox/internal/sqlfile"
 	"integration-outbox/internal/sqlroutine"
 )
@@ -15,18 +16,16 @@ import (
 var sqlFiles embed.FS
 
 // The statements, read once at package init.
-// Both run through their routines (internal/sqlroutine): the load is one
-// of the three statements of every push batch, and sent unnamed it would
-// be planned at every batch.
+// Both run through their routines (internal/purchaseorder/sql: posql).
 var (
-	load           = sqlroutine.New("purchaseorder/load", statement("load"), sqlroutine.Setting{Name: "jit", Value: "off"})
-	supplierLookUp = sqlroutine.New("purchaseorder/suppliers", statement("suppliers"), sqlroutine.Setting{Name: "jit", Value: "off"})
+	load           = posql.Load
+	supplierLookUp = posql.SupplierLookUp
 	loadSQL        = load.SQL
 )
 
 // Routines are the package's statements that make migrate installs as
 // routines.
-func Routines() []*sqlroutine.Statement { return []*sqlroutine.Statement{load, supplierLookUp} }
+func Routines() []*sqlroutine.Statement { return posql.Routines() }
 
 // statement is sql/<name>.sql without its leading comment.
 func statement(name string) string { return sqlfile.Statement(sqlFiles, "purchaseorder", name) }

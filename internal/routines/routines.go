@@ -9,13 +9,13 @@ import (
 	"slices"
 
 	"integration-outbox/internal/outbox"
-	"integration-outbox/internal/purchaseorder"
+	posql "integration-outbox/internal/purchaseorder/sql"
 	"integration-outbox/internal/retention"
 	"integration-outbox/internal/sqlroutine"
-	"integration-outbox/internal/supplier"
+	suppliersql "integration-outbox/internal/supplier/sql"
 )
 
 // All are the statements with a routine, by package.
 func All() []*sqlroutine.Statement {
-	return slices.Concat(outbox.Routines(), purchaseorder.Routines(), supplier.Routines(), retention.Routines())
+	return slices.Concat(outbox.Routines(), posql.Routines(), suppliersql.Routines(), retention.Routines())
 }

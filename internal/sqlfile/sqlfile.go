@@ -16,7 +16,13 @@ import (
 // leading comment. A missing file is a mistake of the build, caught by any
 // test of the package that embeds it: it panics, naming owner.
 func Statement(fsys fs.FS, owner, name string) string {
-	b, err := fs.ReadFile(fsys, "sql/"+name+".sql")
+	return File(fsys, owner, "sql/"+name+".sql")
+}
+
+// File is Statement for the file at path in fsys (a package that embeds
+// its .sql files from its own folder).
+func File(fsys fs.FS, owner, path string) string {
+	b, err := fs.ReadFile(fsys, path)
 	if err != nil {
 		panic(owner + ": reading its SQL: " + err.Error())
 	}

@@ -19,6 +19,7 @@ import (
 	"integration-outbox/internal/push"
 	"integration-outbox/internal/sqlfile"
 	"integration-outbox/internal/sqlroutine"
+	suppliersql "integration-outbox/internal/supplier/sql"
 )
 
 // CommandType is the command_type of a supplier push (contract).
@@ -31,14 +32,12 @@ const EntityType = "supplier"
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-// load runs through its routine (internal/sqlroutine): one of the three
-// statements of every push batch, sent unnamed it would be planned at
-// every batch.
-var load = sqlroutine.New("supplier/load", sqlfile.Statement(sqlFiles, "supplier", "load"), sqlroutine.Setting{Name: "jit", Value: "off"})
+// load runs through its routine (internal/supplier/sql: suppliersql).
+var load = suppliersql.Load
 
 // Routines are the package's statements that make migrate installs as
 // routines.
-func Routines() []*sqlroutine.Statement { return []*sqlroutine.Statement{load} }
+func Routines() []*sqlroutine.Statement { return suppliersql.Routines() }
 
 // Statements are every statement of the package, for the schema check
 // (internal/schemacheck).
