@@ -30,7 +30,8 @@ const poolerServers = 3
 // a second push of two orders (an edit); dispatch and three push containers
 // deliver them (the suppliers first, each order once, the edit after the
 // order's first push, as an update); an operator reruns a dead-lettered
-// order and previews another through inspect. No statement fails, and no
+// order and previews another through inspect; retention deletes an old
+// row. No statement fails, and no
 // server connection of the pool holds anything of ours afterwards: no
 // prepared statement, session setting, advisory lock, temporary table or
 // LISTEN (the check is shown to see a prepared statement and a SET first).
@@ -218,6 +219,21 @@ func TestTheWholePipelineRunsThroughPgBouncer(t *testing.T) {
 		s.org, orderRows[7])))
 	if err != nil || !resp.Found || resp.Preview == nil || len(resp.Attempts) == 0 {
 		t.Errorf("inspect with preview = found %v, preview %v, %d attempts, %v", resp.Found, resp.Preview != nil, len(resp.Attempts), err)
+	}
+
+	// Retention through the pooler (its batch timeouts run in its
+	// routine): one completed row made two hours old.
+	if _, err := s.conn.Exec(ctx, `update external_integration_outbox set completed_at = now() - interval '2 hours'
+		where id = $1`, orderRows[9]); err != nil {
+		t.Fatal(err)
+	}
+	s.env["RETENTION_AGE"] = "1h"
+	sweeper, err := s.container(t).Sweeper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sweeper.Run(ctx); err != nil || res.Deleted != 1 {
+		t.Errorf("retention through the pooler = %+v, %v; want the one row completed two hours ago deleted", res, err)
 	}
 
 	for _, bad := range []string{"prepared statement", "SQLSTATE 26000", "unsupported startup parameter", "SQLSTATE 08P01"} {
