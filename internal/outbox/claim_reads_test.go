@@ -173,6 +173,42 @@ func outboxEntriesRead(t *testing.T, f *testenv.Fixture, p outbox.ClaimParams, m
 	return all, waiting
 }
 
+// parkedFollowersDB is a fresh database with the one-tenant shape of rows
+// (oneTenantLoadSQL) and followers queued commands of one purchase order
+// behind its accepted head (acceptedFollowersLoadSQL), vacuumed and
+// analyzed, autovacuum off on the outbox, then the followers parked by the
+// claims of 50 (committed, their rows put back after each): the planner's
+// statistics are those of before the parking.
+func parkedFollowersDB(t *testing.T, rows, followers int) *testenv.Fixture {
+	t.Helper()
+	ctx := context.Background()
+	f := pg.NewDB(t)
+	load := strings.ReplaceAll(oneTenantLoadSQL, "$1::int", strconv.Itoa(rows)) + ";" +
+		strings.ReplaceAll(acceptedFollowersLoadSQL, "$1::int", strconv.Itoa(followers)) + `;
+		alter table external_integration_outbox set (autovacuum_enabled = false)`
+	for _, sql := range []string{load, "vacuum (analyze) external_integration_outbox, integration_connections"} {
+		if _, err := f.Pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := outbox.NewStore(f.Pool).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
+	for range followers/200 + 2 {
+		b := claimBatch(t, s, outbox.ClaimParams{Limit: 50, MaxAttempts: 10, Lease: 15 * time.Minute})
+		if _, err := s.Release(ctx, b.Claims); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var parked int
+	if err := f.Pool.QueryRow(ctx, `select count(*) from external_integration_outbox
+		where status = 'queued' and waiting_for_outbox_id is not null`).Scan(&parked); err != nil {
+		t.Fatal(err)
+	}
+	if parked != followers {
+		t.Fatalf("%d followers parked, want all %d", parked, followers)
+	}
+	return f
+}
+
 // Once parked, followers cost the claim nothing: it reads none of them. On
 // the shape of a reported slow claim (one organization, one connection, due
 // commands each of its own purchase order, and 2,000 queued commands of one
@@ -192,34 +228,7 @@ func TestAClaimReadsNoParkedFollower(t *testing.T) {
 	t.Parallel()
 	const rows, followers = 40_000, 2_000
 	ctx := context.Background()
-	parkedLoad := func(followers int) *testenv.Fixture {
-		f := pg.NewDB(t)
-		load := strings.ReplaceAll(oneTenantLoadSQL, "$1::int", strconv.Itoa(rows)) + ";" +
-			strings.ReplaceAll(acceptedFollowersLoadSQL, "$1::int", strconv.Itoa(followers)) + `;
-			alter table external_integration_outbox set (autovacuum_enabled = false)`
-		for _, sql := range []string{load, "vacuum (analyze) external_integration_outbox, integration_connections"} {
-			if _, err := f.Pool.Exec(ctx, sql); err != nil {
-				t.Fatal(err)
-			}
-		}
-		s := outbox.NewStore(f.Pool).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
-		for range followers/200 + 2 {
-			b := claimBatch(t, s, outbox.ClaimParams{Limit: 50, MaxAttempts: 10, Lease: 15 * time.Minute})
-			if _, err := s.Release(ctx, b.Claims); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var parked int
-		if err := f.Pool.QueryRow(ctx, `select count(*) from external_integration_outbox
-			where status = 'queued' and waiting_for_outbox_id is not null`).Scan(&parked); err != nil {
-			t.Fatal(err)
-		}
-		if parked != followers {
-			t.Fatalf("%d followers parked, want all %d", parked, followers)
-		}
-		return f
-	}
-	dbs := []*testenv.Fixture{parkedLoad(0), parkedLoad(followers)}
+	dbs := []*testenv.Fixture{parkedFollowersDB(t, rows, 0), parkedFollowersDB(t, rows, followers)}
 	scheduled := outbox.ClaimParams{Limit: 50, MaxAttempts: 10, Lease: 15 * time.Minute}
 	for _, c := range []struct {
 		name, marker string

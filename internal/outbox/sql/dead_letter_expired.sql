@@ -72,10 +72,21 @@ with exhausted as (
 ), woken as (
     -- The rows waiting for a row ended here are due now, as when the
     -- record ends it (record.sql's woken step), due since their creation.
+    -- Found as there: a probe of the waiting index per ended row (the
+    -- lateral y, a subquery by its offset 0), updated by their id, what
+    -- they wait for checked again with "is not distinct from" (no index
+    -- serves it): as a join, the plan read every parked follower at every
+    -- sweep that ended a row (TestEndingRowsReadsNoParkedFollowerOfOthers).
     update external_integration_outbox w
     set /*fragment:wake*/ updated_at = now() /*end:wake*/
     from expired e
-    where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = e.id
+    cross join lateral (
+        select y.id from external_integration_outbox y
+        where y.waiting_for_outbox_id is not null and y.waiting_for_outbox_id = e.id
+          and y.organization_id = e.organization_id and y.status in ('queued', 'failed')
+        offset 0) y
+    where w.id = y.id
+      and w.waiting_for_outbox_id is not distinct from e.id
       and w.organization_id = e.organization_id and w.status in ('queued', 'failed')
       and w.id not in (select x.id from exhausted x)
     returning w.id

@@ -97,10 +97,29 @@ with res as (
     -- command's load then finds what they waited for. Rows of this record
     -- are its own. How a row wakes (due since its creation; a parked
     -- follower back into the claim's walk index): fragment/wake.sql.
+    --
+    -- Each ended row's waiters are found by a probe of the waiting index
+    -- (the lateral x, kept a subquery by its offset 0, run once per ended
+    -- row), and updated by their id. As a join of w with the ended rows,
+    -- the plan read the whole waiting index (every parked follower) at
+    -- every record, where the statistics, those of before the followers
+    -- were parked until autovacuum analyzes the table again, say that few
+    -- rows wait (TestEndingRowsReadsNoParkedFollowerOfOthers). So w has no
+    -- condition the waiting index could serve: what it waits for is checked
+    -- again on the row updated (a concurrent change) with "is not distinct
+    -- from", which no index or hash serves (u.id is never null: the same
+    -- as =).
     update external_integration_outbox w
     set /*fragment:wake*/ updated_at = now() /*end:wake*/
     from updated u
-    where w.waiting_for_outbox_id is not null and w.waiting_for_outbox_id = u.id
+    cross join lateral (
+        select x.id from external_integration_outbox x
+        where x.waiting_for_outbox_id is not null and x.waiting_for_outbox_id = u.id
+          and x.organization_id = u.organization_id
+          and x.status in ('queued', 'failed')
+        offset 0) x
+    where w.id = x.id
+      and w.waiting_for_outbox_id is not distinct from u.id
       and w.organization_id = u.organization_id
       and u.status::text not in ('queued', 'failed', 'processing')
       and w.status in ('queued', 'failed')
