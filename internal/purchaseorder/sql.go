@@ -15,8 +15,8 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-// The statements, read once at package init.
-// Both run through their routines (internal/purchaseorder/sql: posql).
+// The statements, both run through their routines (declared in
+// internal/purchaseorder/sql, package posql).
 var (
 	load           = posql.Load
 	supplierLookUp = posql.SupplierLookUp
@@ -26,9 +26,6 @@ var (
 // Routines are the package's statements that make migrate installs as
 // routines.
 func Routines() []*sqlroutine.Statement { return posql.Routines() }
-
-// statement is sql/<name>.sql without its leading comment.
-func statement(name string) string { return sqlfile.Statement(sqlFiles, "purchaseorder", name) }
 
 // Statements are every statement of the package, for the schema check
 // (internal/schemacheck).
