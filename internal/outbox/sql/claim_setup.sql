@@ -1,6 +1,8 @@
--- Prepares the claim's transaction: the claim is planned once per connection
--- (a generic plan: its many CTEs cost far more to plan than to run), with
--- index scans only, and it waits for the claims before it to commit (the
+-- Prepares the transaction of a claim sent plain, where the claim's
+-- routine is missing (internal/sqlroutine; claim_lock.sql otherwise, the
+-- routine setting these for its own run): the claim is planned as a generic
+-- plan (its many CTEs cost far more to plan than to run), with index scans
+-- only, without JIT, and it waits for the claims before it to commit (the
 -- transaction-level advisory lock @lock_key).
 --
 -- Index scans only: every step of the claim is a short probe of a partial
@@ -12,11 +14,9 @@
 -- times slower at 10% all-visible (bench/results.md). Off for this
 -- transaction only, those plans are not considered while an index can serve.
 --
--- JIT off: our connections start with jit off (internal/pgtx: session.go);
--- the claim switches it off here too, for a connection that arrives without
--- it (a pooler that drops startup parameters). A claim's work is
--- milliseconds of index probes; JIT would compile hundreds of functions at
--- every execution, even of the cached plan.
+-- JIT off: a claim's work is milliseconds of index probes; JIT would compile
+-- hundreds of functions at every execution, even of the cached plan. Our
+-- connections set nothing on their session (a pooler refuses or pins it).
 
 select set_config('plan_cache_mode', 'force_generic_plan', true),
     set_config('enable_bitmapscan', 'off', true),
