@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"integration-outbox/internal/outbox"
+	"integration-outbox/internal/pgtx"
+	"integration-outbox/internal/sqlroutine"
 	"integration-outbox/internal/testenv"
 )
 
@@ -547,5 +551,53 @@ func TestRecordAppendsOneAttemptPerRecordedResult(t *testing.T) {
 		  and abs(extract(epoch from started_at) - $3::float8) < 0.001
 		  and finished_at - started_at = interval '1 second'`, id, b.org, float64(began.UnixMicro())/1e6); n != 1 {
 		t.Errorf("%d matching attempt rows, want 1", n)
+	}
+}
+
+// TestTheStatementsWorkWithoutTheirRoutines: a build deployed before make
+// migrate installed its routines (or after one was dropped) sends every
+// statement plain, through a pool configured as the functions' (unnamed
+// statements): the idle check, the sweep, a claim (its transaction set up
+// by claim_setup.sql), the start and the record deliver a command, and the
+// claim's settings last only its transaction.
+func TestTheStatementsWorkWithoutTheirRoutines(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.f.Pool.Exec(ctx, sqlroutine.DropAllSQL); err != nil {
+		t.Fatal(err)
+	}
+	pool := testenv.OpenPool(t, b.f.URL, func(cfg *pgxpool.Config) { pgtx.Configure(cfg.ConnConfig); cfg.MaxConns = 1 })
+	store := outbox.NewStore(pool)
+	id := b.f.Command(t, testenv.CommandOpts{OrganizationID: b.org, ConnectionID: b.conn, EntityID: b.po})
+	if idle, err := store.Idle(ctx, params(1)); err != nil || idle {
+		t.Fatalf("Idle = %v, %v; want false", idle, err)
+	}
+	if _, err := store.Sweep(ctx, params(1)); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := store.Claim(ctx, params(1))
+	if err != nil || len(claims) != 1 || claims[0].ID != id {
+		t.Fatalf("Claim = %v, %v; want the command", claims, err)
+	}
+	jobs, err := store.Start(ctx, []outbox.StartRequest{{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn, ClaimToken: claims[0].ClaimToken}})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("Start = %v, %v; want the job", jobs, err)
+	}
+	got, err := store.Record(ctx, []outbox.Outcome{{OutboxID: id, OrganizationID: b.org, ConnectionID: b.conn,
+		ClaimToken: claims[0].ClaimToken, Status: "completed", ProviderReference: "ref-1"}})
+	if err != nil || len(got.IDs) != 1 {
+		t.Fatalf("Record = %v, %v; want the row", got, err)
+	}
+	var status, bitmap string
+	if err := pool.QueryRow(ctx, `select (select status::text from external_integration_outbox where id = $1),
+		current_setting('enable_bitmapscan')`, id).Scan(&status, &bitmap); err != nil {
+		t.Fatal(err)
+	}
+	if status != "completed" || bitmap != "on" {
+		t.Errorf("status %q, enable_bitmapscan %q after the claim; want completed, and on (the claim's setting ended with its transaction)", status, bitmap)
+	}
+	if n := b.f.Count(t, `select count(*) from pg_proc where proname like 'integration\_outbox\_sql\_%'`); n != 0 {
+		t.Errorf("%d routines appeared: this test did not run the statements plain", n)
 	}
 }
