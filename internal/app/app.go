@@ -179,7 +179,11 @@ func (a *App) Health() outbox.Health {
 // no circuit state is read or written).
 func (a *App) outboxStore() *outbox.Store {
 	return outbox.NewStore(a.Pool).WithCircuit(outbox.Circuit{
-		FailureThreshold: a.Config.CircuitFailureThreshold, Cooldown: a.Config.CircuitCooldown}).WithHealth(a.Health())
+		FailureThreshold: a.Config.CircuitFailureThreshold, Cooldown: a.Config.CircuitCooldown}).WithHealth(a.Health()).
+		WithMissingRoutines(func(statements []string) {
+			a.Logger.Warn("statement routines missing: these statements run plain, planned at every call, until make migrate installs this build's routines (outboxctl check)",
+				"statements", statements)
+		})
 }
 
 // Providers builds the provider registry. The sandbox is in it only with

@@ -38,3 +38,13 @@ func (s *Store) WithHealth(h Health) *Store {
 	n.health = h
 	return &n
 }
+
+// WithMissingRoutines makes the store tell f which of its statements'
+// routines the database lacks (internal/sqlroutine), each time it reads
+// them and finds some missing: once a container, and again a minute later
+// while they are. It changes the store s (its routines are shared by the
+// stores made from it).
+func (s *Store) WithMissingRoutines(f func(statements []string)) *Store {
+	s.routines.Notify(f)
+	return s
+}

@@ -33,6 +33,20 @@ type Catalog struct {
 	present map[string]bool
 	// now is the clock (time.Now; tests move it).
 	now func() time.Time
+	// missing, when set, is told the statements whose routines a read
+	// did not find (Notify).
+	missing func(names []string)
+}
+
+// Notify makes c tell f, after each read of the database that finds
+// routines missing, the names of their statements (a container logs
+// them: its statements then run plain, planned at every call). It returns
+// c.
+func (c *Catalog) Notify(f func(statements []string)) *Catalog {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.missing = f
+	return c
 }
 
 // NewCatalog returns the catalog of stmts' routines; nothing is read yet.
@@ -70,6 +84,15 @@ func (c *Catalog) Present(ctx context.Context, q Querier, s *Statement) (bool, e
 			c.present[n] = true
 		}
 		c.read = c.now()
+		if c.missing != nil && len(c.present) < len(c.stmts) {
+			var names []string
+			for _, st := range c.stmts {
+				if !c.present[st.routine] {
+					names = append(names, st.Name)
+				}
+			}
+			c.missing(names)
+		}
 	}
 	return c.present[s.routine], nil
 }

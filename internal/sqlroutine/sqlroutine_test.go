@@ -75,7 +75,9 @@ func TestArgsFollowTheirFirstUse(t *testing.T) {
 func TestARoutineAnswersAsThePlainStatement(t *testing.T) {
 	ctx := context.Background()
 	conn := connect(t)
-	cat := sqlroutine.NewCatalog(touch, count)
+	var told [][]string
+	notify := func(statements []string) { told = append(told, statements) }
+	cat := sqlroutine.NewCatalog(touch, count).Notify(notify)
 	args := pgx.NamedArgs{"ids": []int{1, 2, 3}, "skip": "b", "suffix": "!"}
 
 	run := func() [][]any {
@@ -100,6 +102,9 @@ func TestARoutineAnswersAsThePlainStatement(t *testing.T) {
 		return append(got, []any{n})
 	}
 	plain := run()
+	if len(told) != 1 || strings.Join(told[0], ",") != "test/touch,test/count" {
+		t.Errorf("the catalog told %v of the missing routines, want one notice naming both statements", told)
+	}
 	if ok, err := cat.Present(ctx, conn, touch); err != nil || ok {
 		t.Fatalf("Present before Install = %v, %v; want false", ok, err)
 	}
@@ -115,12 +120,15 @@ func TestARoutineAnswersAsThePlainStatement(t *testing.T) {
 	if ok, _ := cat.Present(ctx, conn, touch); ok {
 		t.Fatal("the catalog read the database again before Recheck")
 	}
-	fresh := sqlroutine.NewCatalog(touch, count)
+	fresh := sqlroutine.NewCatalog(touch, count).Notify(notify)
 	cat = fresh
 	if ok, err := cat.Present(ctx, conn, touch); err != nil || !ok {
 		t.Fatalf("Present after Install = %v, %v", ok, err)
 	}
 	routine := run()
+	if len(told) != 1 {
+		t.Errorf("the catalog told of missing routines after Install: %v", told)
+	}
 	if len(plain) != 3 || len(routine) != len(plain) {
 		t.Fatalf("rows plain %v, through the routine %v", plain, routine)
 	}
