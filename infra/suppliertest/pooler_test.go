@@ -306,3 +306,35 @@ func serverState(t *testing.T, url string) []string {
 	}
 	return left
 }
+
+// TestMakeMigrateThroughASessionPooler: make migrate refuses a transaction
+// pooler only; through PgBouncer in session mode (each client keeps its
+// server connection) it installs the schema and the routines.
+func TestMakeMigrateThroughASessionPooler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bouncer, err := testenv.StartPgBouncer(pg, testenv.PgBouncerOptions{PoolMode: "session", DefaultPoolSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bouncer.Stop)
+	var shape testenv.HostShape
+	for _, sh := range testenv.HostShapes() {
+		if sh.Name == "stand-in" {
+			shape = sh
+		}
+	}
+	url := pg.CreateHostDatabase(t, shape)
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.Up(ctx, bouncer.URLFor(cfg.Database)); err != nil {
+		t.Fatalf("make migrate through PgBouncer in session mode: %v", err)
+	}
+	conn := pooledConn(t, url)
+	var routines int
+	if err := conn.QueryRow(ctx, `select count(*) from pg_proc where proname like 'integration\_outbox\_sql\_%'`).Scan(&routines); err != nil || routines == 0 {
+		t.Fatalf("routines installed through the session pooler: %d, %v", routines, err)
+	}
+}

@@ -15,25 +15,23 @@ func pgxConfig(databaseURL string) (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing DATABASE_URL: %w", err)
 	}
-	// make migrate holds a session (its run lock, its settings): it runs on
-	// a direct or session-pooled connection only (checkDirect), where it
-	// asks for jit off in its startup message, so none of its statements
-	// pays for JIT compilation on a large host table.
-	if cfg.RuntimeParams == nil {
-		cfg.RuntimeParams = map[string]string{}
-	}
-	cfg.RuntimeParams["jit"] = "off"
 	return cfg, nil
 }
+
+// sessionSetupSQL is the first statement of every connection of make
+// migrate, which holds a session (its run lock, its settings: it runs on a
+// direct or session-pooled connection only, checkDirect): jit off, so that
+// none of its statements pays for JIT compilation on a large host table. A
+// session setting rather than a startup parameter, which PgBouncer refuses
+// even in session mode unless told to ignore it.
+const sessionSetupSQL = `select set_config('jit', 'off', false)`
 
 // checkDirect refuses a transaction pooler: make migrate's run lock is a
 // session's advisory lock and its concurrent index builds span statements,
 // neither of which a pooler that changes server connection between
-// transactions keeps. Its check connects without our startup parameter,
-// which such a pooler may refuse before anything could be said.
+// transactions keeps.
 func checkDirect(ctx context.Context, cfg *pgx.ConnConfig) error {
 	plain := cfg.Copy()
-	delete(plain.RuntimeParams, "jit")
 	plain.Tracer = nil
 	pooled, err := pgtx.TransactionPooled(ctx, plain)
 	if err != nil {

@@ -241,7 +241,10 @@ func run(ctx context.Context, databaseURL string, cfg Config, up bool, fn func(s
 	if err := checkDirect(ctx, connCfg); err != nil {
 		return err
 	}
-	db := stdlib.OpenDB(*connCfg)
+	db := stdlib.OpenDB(*connCfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, sessionSetupSQL)
+		return err
+	}))
 	defer db.Close()
 	stepsCfg := connCfg.Copy()
 	stepsCfg.Tracer = cfg.Tracer
@@ -252,6 +255,9 @@ func run(ctx context.Context, databaseURL string, cfg Config, up bool, fn func(s
 	defer conn.Close(context.WithoutCancel(ctx))
 	// A killed migrator's backend notices it is gone within a second (from
 	// PostgreSQL 14), instead of finishing a concurrent index build alone.
+	if _, err := conn.Exec(ctx, sessionSetupSQL); err != nil {
+		return fmt.Errorf("configuring the session: %w", err)
+	}
 	if _, err := conn.Exec(ctx, `select set_config('client_connection_check_interval', '1s', false)
 		where current_setting('server_version_num')::int >= 140000`); err != nil {
 		return fmt.Errorf("configuring the session: %w", err)
