@@ -36,25 +36,25 @@ var settingName = regexp.MustCompile(`^[a-z_][a-z0-9_.]*$`)
 func Install(ctx context.Context, conn *pgx.Conn, stmts []*Statement) (installed int, err error) {
 	now := time.Now().UTC()
 	for _, s := range stmts {
-		def, err := Definition(ctx, conn, s)
+		def, err := describe(ctx, conn, s)
 		if err != nil {
 			return installed, err
 		}
-		have, err := installedShape(ctx, conn, s, "current_schema()")
+		have, err := installedRoutine(ctx, conn, s, "current_schema()")
 		if err != nil {
 			return installed, err
 		}
-		if have == shape(def) {
+		if have.shape == def.shape() {
 			continue
 		}
-		if have != "" {
+		if have.signature != "" {
 			// Made for other column types (the host changed one): its
 			// result type cannot be replaced in place.
-			if _, err := conn.Exec(ctx, "drop function "+s.routine+"("+strings.Join(paramTypes(have), ", ")+")"); err != nil {
+			if _, err := conn.Exec(ctx, "drop function "+have.signature); err != nil {
 				return installed, fmt.Errorf("dropping the outdated routine of %s: %w", s.Name, err)
 			}
 		}
-		if _, err := conn.Exec(ctx, def); err != nil {
+		if _, err := conn.Exec(ctx, def.sql); err != nil {
 			return installed, fmt.Errorf("creating the routine of %s: %w", s.Name, err)
 		}
 		comment := commentPrefix + s.Name + ", installed " + now.Format(time.RFC3339)
@@ -104,17 +104,43 @@ begin
     end loop;
 end $$`
 
-// Definition is the CREATE FUNCTION of s's routine: its parameters and
+// definition is s's routine as make migrate creates it.
+type definition struct {
+	routine string
+	// params and results are the types of its parameters and result
+	// columns (format_type's names).
+	params, results []string
+	// sql is its CREATE FUNCTION.
+	sql string
+}
+
+// shape is the routine's signature and result as PostgreSQL gives them
+// back for an installed routine (installedRoutine).
+func (d definition) shape() string {
+	return d.routine + "(" + strings.Join(d.params, ", ") + ") returns TABLE(" + strings.Join(d.columns(), ", ") + ")"
+}
+
+// columns are its result columns, named by position (a statement may name
+// two alike, "coalesce"): callers read a routine's rows by position.
+func (d definition) columns() []string {
+	cols := make([]string, len(d.results))
+	for i, t := range d.results {
+		cols[i] = fmt.Sprintf("column_%d %s", i+1, t)
+	}
+	return cols
+}
+
+// describe makes s's routine's definition: its CREATE FUNCTION, its parameters and
 // result columns as PostgreSQL describes the statement on conn, its body
 // the statement itself (RETURN QUERY), positional parameters for its named
 // arguments. Names in the statement are the tables' columns, never the
 // routine's variables (#variable_conflict use_column), so the statement
 // means what it means when sent plain. Its result columns are named by
 // position (column_1, …): callers read them by position.
-func Definition(ctx context.Context, conn *pgx.Conn, s *Statement) (string, error) {
+func describe(ctx context.Context, conn *pgx.Conn, s *Statement) (definition, error) {
 	desc, err := conn.PgConn().Prepare(ctx, "", s.positional, nil)
 	if err != nil {
-		return "", fmt.Errorf("describing %s: %w", s.Name, err)
+		return definition{}, fmt.Errorf("describing %s: %w", s.Name, err)
 	}
 	oids := make([]uint32, 0, len(desc.ParamOIDs)+len(desc.Fields))
 	oids = append(oids, desc.ParamOIDs...)
@@ -123,38 +149,33 @@ func Definition(ctx context.Context, conn *pgx.Conn, s *Statement) (string, erro
 	}
 	rows, err := conn.Query(ctx, `select format_type(t, null) from unnest($1::oid[]) with ordinality as u(t, n) order by n`, oids)
 	if err != nil {
-		return "", fmt.Errorf("naming the types of %s: %w", s.Name, err)
+		return definition{}, fmt.Errorf("naming the types of %s: %w", s.Name, err)
 	}
 	types, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return "", fmt.Errorf("naming the types of %s: %w", s.Name, err)
+		return definition{}, fmt.Errorf("naming the types of %s: %w", s.Name, err)
 	}
 	if len(desc.Fields) == 0 {
-		return "", fmt.Errorf("routine of %s: the statement returns no columns (a routine returns its rows)", s.Name)
+		return definition{}, fmt.Errorf("routine of %s: the statement returns no columns (a routine returns its rows)", s.Name)
 	}
-	params := types[:len(desc.ParamOIDs)]
-	// The result columns are named by position (a statement may name two
-	// alike, "coalesce"): callers read a routine's rows by position.
-	cols := make([]string, len(desc.Fields))
-	for i := range desc.Fields {
-		cols[i] = fmt.Sprintf("column_%d %s", i+1, types[len(desc.ParamOIDs)+i])
-	}
+	d := definition{routine: s.routine, params: types[:len(desc.ParamOIDs)], results: types[len(desc.ParamOIDs):]}
 	var b strings.Builder
 	fmt.Fprintf(&b, "create or replace function %s(%s)\nreturns table (%s)\nlanguage plpgsql volatile\nset search_path from current\n",
-		s.routine, strings.Join(params, ", "), strings.Join(cols, ", "))
+		s.routine, strings.Join(d.params, ", "), strings.Join(d.columns(), ", "))
 	for _, st := range s.Settings {
 		if !settingName.MatchString(st.Name) {
-			return "", fmt.Errorf("routine of %s: bad setting name %q", s.Name, st.Name)
+			return definition{}, fmt.Errorf("routine of %s: bad setting name %q", s.Name, st.Name)
 		}
 		fmt.Fprintf(&b, "set %s = %s\n", st.Name, quoteLiteral(st.Value))
 	}
 	// The statement may end in a comment: the semicolon goes on a line of its own.
 	body := "#variable_conflict use_column\nbegin\nreturn query\n" + strings.TrimRight(strings.TrimSpace(s.positional), ";") + "\n;\nend\n"
 	if strings.Contains(body, "$integration_outbox$") {
-		return "", fmt.Errorf("routine of %s: the statement holds the body's quote", s.Name)
+		return definition{}, fmt.Errorf("routine of %s: the statement holds the body's quote", s.Name)
 	}
 	b.WriteString("as $integration_outbox$\n" + body + "$integration_outbox$")
-	return b.String(), nil
+	d.sql = b.String()
+	return d, nil
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
@@ -179,63 +200,48 @@ func (p Problem) String() string { return p.Statement + ": " + p.Reason }
 func Check(ctx context.Context, conn *pgx.Conn, stmts []*Statement) ([]Problem, error) {
 	var problems []Problem
 	for _, s := range stmts {
-		have, err := installedShape(ctx, conn, s, "")
+		have, err := installedRoutine(ctx, conn, s, "")
 		if err != nil {
 			return nil, err
 		}
-		if have == "" {
+		if have.signature == "" {
 			problems = append(problems, Problem{s.Name, "its routine " + s.routine + " is missing: the functions send the statement plain, " +
 				"planned at every call (run make migrate with this build)"})
 			continue
 		}
-		def, err := Definition(ctx, conn, s)
+		def, err := describe(ctx, conn, s)
 		if err != nil {
 			return nil, err
 		}
-		if want := shape(def); want != have {
+		if want := def.shape(); want != have.shape {
 			problems = append(problems, Problem{s.Name, "its routine " + s.routine + " was made for other column types than the host's tables have now " +
-				"(run make migrate: it makes it anew; meanwhile the functions send the statement plain after a call fails): installed " + have + ", now " + want})
+				"(run make migrate: it makes it anew; meanwhile the functions send the statement plain after a call fails): installed " + have.shape + ", now " + want})
 		}
 	}
 	return problems, nil
 }
 
-// installedShape is the signature and result of s's routine as installed
-// ("" when there is none), in shape's form: in schema (an SQL expression
-// of a schema's name), or as the search_path finds it when schema is "".
-func installedShape(ctx context.Context, conn *pgx.Conn, s *Statement, schema string) (string, error) {
+// present is a routine as installed: its signature (regprocedure's text,
+// "" when there is none) and its shape (definition.shape's form).
+type present struct{ signature, shape string }
+
+// installedRoutine reads s's routine in schema (an SQL expression of a
+// schema's name), or as the search_path finds it when schema is "".
+func installedRoutine(ctx context.Context, conn *pgx.Conn, s *Statement, schema string) (present, error) {
 	find := `select p.oid from pg_proc p where p.proname = $1 and p.pronamespace = ` + schema + `::regnamespace`
 	if schema == "" {
 		find = `select to_regproc($1)::oid`
 	}
+	var r present
 	var args, result *string
-	err := conn.QueryRow(ctx, `select pg_get_function_identity_arguments(p), pg_get_function_result(p)
-		from (`+find+`) r(p) where p is not null`, s.routine).Scan(&args, &result)
-	if err == pgx.ErrNoRows || (err == nil && args == nil) {
-		return "", nil
+	err := conn.QueryRow(ctx, `select p::regprocedure::text, pg_get_function_identity_arguments(p), pg_get_function_result(p)
+		from (`+find+`) r(p) where p is not null`, s.routine).Scan(&r.signature, &args, &result)
+	if err == pgx.ErrNoRows {
+		return present{}, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading the routine of %s: %w", s.Name, err)
+		return present{}, fmt.Errorf("reading the routine of %s: %w", s.Name, err)
 	}
-	return fmt.Sprintf("%s(%s) returns %s", s.routine, *args, *result), nil
-}
-
-// shape is a Definition's signature and result as installedShape gives
-// them (PostgreSQL's pg_get_function_* forms).
-func shape(def string) string {
-	head, _, _ := strings.Cut(def, "\nlanguage ")
-	head = strings.TrimPrefix(head, "create or replace function ")
-	name, rest, _ := strings.Cut(head, "(")
-	params, result, _ := strings.Cut(rest, ")\nreturns table (")
-	return name + "(" + params + ") returns TABLE(" + result
-}
-
-// paramTypes are the parameter types of an installedShape.
-func paramTypes(shape string) []string {
-	_, rest, _ := strings.Cut(shape, "(")
-	params, _, _ := strings.Cut(rest, ") returns ")
-	if params == "" {
-		return nil
-	}
-	return strings.Split(params, ", ")
+	r.shape = fmt.Sprintf("%s(%s) returns %s", s.routine, *args, *result)
+	return r, nil
 }
