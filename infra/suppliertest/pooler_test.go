@@ -50,12 +50,7 @@ func TestTheWholePipelineRunsThroughPgBouncer(t *testing.T) {
 		}
 		return bouncer.URLFor(cfg.Database)
 	}
-	var shape testenv.HostShape
-	for _, sh := range testenv.HostShapes() {
-		if sh.Name == "stand-in" {
-			shape = sh
-		}
-	}
+	shape := standIn()
 
 	// make migrate through the pooler: refused before anything changes.
 	// The same database shows that serverState sees what a client leaves.
@@ -136,15 +131,7 @@ func TestTheWholePipelineRunsThroughPgBouncer(t *testing.T) {
 		t.Fatalf("still claiming after 15 dispatch runs\n%s", s.logs.String())
 	}
 
-	var suppliers, supplierRows []string
-	for i := range 5 {
-		var id string
-		if err := s.conn.QueryRow(ctx, `select gen_random_uuid()::text`).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		suppliers = append(suppliers, id)
-		supplierRows = append(supplierRows, s.supplier(t, id, fmt.Sprintf("Supplier %d Ltd", i), fmt.Sprintf("SUP-%d", i)))
-	}
+	suppliers, supplierRows := s.newSuppliers(t, 5)
 	var orderRows []string
 	edits := map[string]string{} // the edit's row → the order's first row
 	for i := range 15 {
@@ -318,12 +305,7 @@ func TestMakeMigrateThroughASessionPooler(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(bouncer.Stop)
-	var shape testenv.HostShape
-	for _, sh := range testenv.HostShapes() {
-		if sh.Name == "stand-in" {
-			shape = sh
-		}
-	}
+	shape := standIn()
 	url := pg.CreateHostDatabase(t, shape)
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {

@@ -167,6 +167,31 @@ func (s *stack) supplier(t *testing.T, supplierID, name, code string) string {
 	return id
 }
 
+// newSuppliers enqueues n push_supplier commands, "Supplier <i> Ltd" with code
+// "SUP-<i>", each for a new supplier id, and returns the ids and the rows.
+func (s *stack) newSuppliers(t *testing.T, n int) (ids, rows []string) {
+	t.Helper()
+	for i := range n {
+		var id string
+		if err := s.conn.QueryRow(context.Background(), `select gen_random_uuid()::text`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		rows = append(rows, s.supplier(t, id, fmt.Sprintf("Supplier %d Ltd", i), fmt.Sprintf("SUP-%d", i)))
+	}
+	return ids, rows
+}
+
+// standIn is the host shape of our stand-in tables.
+func standIn() testenv.HostShape {
+	for _, sh := range testenv.HostShapes() {
+		if sh.Name == "stand-in" {
+			return sh
+		}
+	}
+	panic("suppliertest: no stand-in host shape")
+}
+
 // order inserts a purchase order of two lines and enqueues its push naming
 // the host's supplier (no externalSupplierId), as the host does.
 func (s *stack) order(t *testing.T, number, supplierID string) (order, row string) {
@@ -288,15 +313,7 @@ func TestSuppliersGoFirstAndTheirOrdersFollow(t *testing.T) {
 			t.Parallel()
 			s := newStack(t, shape)
 			ctx := context.Background()
-			var suppliers, supplierRows []string
-			for i := range 5 {
-				var id string
-				if err := s.conn.QueryRow(ctx, `select gen_random_uuid()::text`).Scan(&id); err != nil {
-					t.Fatal(err)
-				}
-				suppliers = append(suppliers, id)
-				supplierRows = append(supplierRows, s.supplier(t, id, fmt.Sprintf("Supplier %d Ltd", i), fmt.Sprintf("SUP-%d", i)))
-			}
+			suppliers, supplierRows := s.newSuppliers(t, 5)
 			orderRows := map[string]int{} // outbox row → supplier index
 			orderOf := map[string]int{}   // order number → supplier index
 			for i := range 20 {
@@ -422,25 +439,10 @@ func keys(m map[string]int) []string {
 // same run: one dispatch invocation delivers all 25 commands.
 func TestOneDispatchRunDeliversSuppliersAndTheirOrders(t *testing.T) {
 	t.Parallel()
-	var shape testenv.HostShape
-	for _, sh := range testenv.HostShapes() {
-		if sh.Name == "stand-in" {
-			shape = sh
-		}
-	}
-	s := newStack(t, shape)
+	s := newStack(t, standIn())
 	ctx := context.Background()
-	var supplierRows []string
 	orderRows := map[string]int{}
-	var suppliers []string
-	for i := range 5 {
-		var id string
-		if err := s.conn.QueryRow(ctx, `select gen_random_uuid()::text`).Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		suppliers = append(suppliers, id)
-		supplierRows = append(supplierRows, s.supplier(t, id, fmt.Sprintf("Supplier %d Ltd", i), fmt.Sprintf("SUP-%d", i)))
-	}
+	suppliers, supplierRows := s.newSuppliers(t, 5)
 	for i := range 20 {
 		_, r := s.order(t, fmt.Sprintf("PO-%02d", i), suppliers[i%5])
 		orderRows[r] = i % 5
