@@ -57,39 +57,44 @@ type poolerResult struct {
 	Consumers  int
 }
 
-// claimTimer records how long the claim statement took on a connection,
-// from its send to its rows read (pgx's query trace).
+// claimTimer records how long the scheduled claim's statement (plain or
+// its routine's call) took on a connection, from its send to its rows read
+// (pgx's query trace).
 type claimTimer struct {
-	mu      sync.Mutex
-	started time.Time
-	took    time.Duration
+	plain, call string
+	mu          sync.Mutex
+	started     time.Time
+	took        time.Duration
+}
+
+// claimTraced marks a traced query's context as the claim's.
+type claimTraced struct{}
+
+func newClaimTimer() *claimTimer {
+	for _, r := range outbox.Routines() {
+		if r.Name == "outbox/claim_scheduled" {
+			return &claimTimer{plain: r.SQL, call: r.Call()}
+		}
+	}
+	panic("bench: outbox has no scheduled claim among its routines")
 }
 
 func (c *claimTimer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if isClaim(data.SQL) {
-		c.mu.Lock()
-		c.started = time.Now()
-		c.mu.Unlock()
+	if data.SQL != c.plain && data.SQL != c.call {
+		return ctx
 	}
-	return context.WithValue(ctx, claimTimer{}, isClaim(data.SQL))
+	c.mu.Lock()
+	c.started = time.Now()
+	c.mu.Unlock()
+	return context.WithValue(ctx, claimTraced{}, true)
 }
 
 func (c *claimTimer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
-	if ctx.Value(claimTimer{}) == true {
+	if ctx.Value(claimTraced{}) == true {
 		c.mu.Lock()
 		c.took = time.Since(c.started)
 		c.mu.Unlock()
 	}
-}
-
-// isClaim tells the scheduled claim, plain or through its routine.
-func isClaim(sql string) bool {
-	for _, r := range outbox.Routines() {
-		if r.Name == "outbox/claim_scheduled" {
-			return sql == r.SQL || sql == r.Call()
-		}
-	}
-	return false
 }
 
 // measurePooler loads one outbox of poolerRows rows (one in poolerDueEvery
@@ -135,7 +140,7 @@ func measurePooler(ctx context.Context, log *slog.Logger, env *benchEnv, runs, j
 	}
 	claimers := map[string]claimer{}
 	for _, v := range poolerClaimVariants {
-		timer := &claimTimer{}
+		timer := newClaimTimer()
 		cfg, err := pgxpool.ParseConfig(urls[v])
 		if err != nil {
 			return res, err
