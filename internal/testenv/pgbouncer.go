@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -171,26 +170,15 @@ func (b *PgBouncer) start(bin, host string, pgPort int, opt PgBouncerOptions) er
 	b.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", b.Port)
 	// A login completes only once pgbouncer has a server connection for the
 	// pool, so this also checks the way through to the cluster.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		conn, err := pgx.Connect(ctx, b.URL)
-		cancel()
-		if err == nil {
-			conn.Close(context.Background())
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("pgbouncer exited during start-up: %s", b.logTail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			b.stop()
-			return fmt.Errorf("pgbouncer did not accept connections within 10s: %w; its log ends:\n%s", err, b.logTail())
-		}
-		time.Sleep(50 * time.Millisecond)
+	gone, err := awaitLogin(b.URL, exited, 10*time.Second)
+	switch {
+	case gone:
+		return fmt.Errorf("pgbouncer exited during start-up: %s", b.logTail())
+	case err != nil:
+		b.stop()
+		return fmt.Errorf("pgbouncer did not accept connections within 10s: %w; its log ends:\n%s", err, b.logTail())
 	}
+	return nil
 }
 
 // URLFor returns URL with the database name replaced: pgbouncer passes any

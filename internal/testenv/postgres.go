@@ -118,24 +118,38 @@ func (p *Postgres) start() error {
 	exited := p.exited
 	go func() { p.cmd.Wait(); logFile.Close(); close(exited) }()
 	p.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.Port)
-	deadline := time.Now().Add(30 * time.Second)
+	gone, err := awaitLogin(p.URL, exited, 30*time.Second)
+	switch {
+	case gone:
+		log, _ := os.ReadFile(filepath.Join(p.dir, "postgres.log"))
+		return fmt.Errorf("postgres exited during start-up: %s", log)
+	case err != nil:
+		p.kill(syscall.SIGKILL)
+		return fmt.Errorf("postgres did not accept connections within 30s: %w", err)
+	}
+	return nil
+}
+
+// awaitLogin waits until a login at url succeeds (nil), the server
+// started for it exits (gone), or within has passed (the last login's
+// error).
+func awaitLogin(url string, exited <-chan struct{}, within time.Duration) (gone bool, err error) {
+	deadline := time.Now().Add(within)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		conn, err := pgx.Connect(ctx, p.URL)
+		conn, err := pgx.Connect(ctx, url)
 		cancel()
 		if err == nil {
 			conn.Close(context.Background())
-			return nil
+			return false, nil
 		}
 		select {
 		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(p.dir, "postgres.log"))
-			return fmt.Errorf("postgres exited during start-up: %s", log)
+			return true, err
 		default:
 		}
 		if time.Now().After(deadline) {
-			p.kill(syscall.SIGKILL)
-			return fmt.Errorf("postgres did not accept connections within 30s: %w", err)
+			return false, err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
