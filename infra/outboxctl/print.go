@@ -64,6 +64,9 @@ func printDetail(w io.Writer, d report.Detail) {
 			if a.HTTPStatus != nil {
 				code = fmt.Sprint(*a.HTTPStatus)
 			}
+			if a.OutcomeUnknown {
+				code += " (outcome unknown)"
+			}
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, stamp(a.StartedAt), stamp(a.FinishedAt),
 				a.Outcome, code, dash(a.ProviderStatus), dash(a.ProviderReference), dash(oneLine(a.ErrorExcerpt, 80)))
 		}

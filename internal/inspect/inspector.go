@@ -211,6 +211,9 @@ type Attempt struct {
 	Error             string     `json:"error,omitempty"`
 	ProviderReference string     `json:"providerReference,omitempty"`
 	ProviderStatus    string     `json:"providerStatus,omitempty"`
+	// OutcomeUnknown: the attempt's call may have made the command's
+	// document without our hearing of it (docs/reliability.md).
+	OutcomeUnknown bool `json:"outcomeUnknown,omitempty"`
 }
 
 // Conflict is a conflict opened for the row.
@@ -315,7 +318,7 @@ func attemptsView(in []report.Attempt) []Attempt {
 	for n, a := range in {
 		out[n] = Attempt{Attempt: a.Attempt, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, Outcome: a.Outcome,
 			ProviderCalled: a.ProviderCalled, HTTPStatus: a.HTTPStatus, Error: a.ErrorExcerpt,
-			ProviderReference: a.ProviderReference, ProviderStatus: a.ProviderStatus}
+			ProviderReference: a.ProviderReference, ProviderStatus: a.ProviderStatus, OutcomeUnknown: a.OutcomeUnknown}
 	}
 	return out
 }

@@ -91,7 +91,7 @@ func UpWith(ctx context.Context, databaseURL string, cfg Config) error {
 				}
 			}
 		}
-		if err := installRoutines(ctx, s, min(target, sources[len(sources)-1].Version)); err != nil {
+		if err := installRoutines(ctx, s, min(target, sources[len(sources)-1].Version), sources[len(sources)-1].Version); err != nil {
 			return err
 		}
 		left, err := RecoverLeftovers(ctx, s.conn)
@@ -110,11 +110,14 @@ func UpWith(ctx context.Context, databaseURL string, cfg Config) error {
 // statements' routines of its build (migrations/00023).
 const RoutinesVersion = 23
 
-// installRoutines installs this build's routines (internal/sqlroutine) once
-// the schema is at RoutinesVersion or later: at every run, since a build
-// whose statements changed brings routines of new names with no migration.
-func installRoutines(ctx context.Context, s session, version int64) error {
-	if version < RoutinesVersion {
+// installRoutines installs this build's routines (internal/sqlroutine)
+// once the schema is at the build's last migration, latest (from
+// RoutinesVersion on): at every run, since a build whose statements
+// changed brings routines of new names with no migration. A run up to an
+// earlier version installs none: the build's statements are written for
+// its last schema, and may name a column a later migration adds.
+func installRoutines(ctx context.Context, s session, version, latest int64) error {
+	if version < RoutinesVersion || version < latest {
 		return nil
 	}
 	n, err := sqlroutine.Install(ctx, s.conn, routines.All())

@@ -38,7 +38,16 @@ import (
 //     connections with and without a maxInFlight of their own);
 //   - per-entity order: on an ordered connection no two commands of one
 //     (connection, entity) are in flight at once, and no command is claimed
-//     while an older one of its entity waits.
+//     while an older one of its entity waits;
+//   - exactly once at the ledger: the provider is modelled as a ledger
+//     that makes a document for a create, replays a repeated key, and
+//     forgets a key some time after its first use (never sooner than the
+//     replay window the push trusts); a create's answer may be lost after
+//     the document was made, and a push may crash mid-call. Each push looks
+//     the document up first where the job says an earlier attempt's outcome
+//     is unknown and the window has passed or the row was rerun (as the
+//     accounting providers do, internal/provider), and no command ever has
+//     two documents.
 //
 // OUTBOX_PROTOCOL_REVERT_LEASE_FIX=1 starts jobs with the start statement
 // that came before the lease check (no lease check at start, no lease
@@ -83,7 +92,16 @@ type propMessage struct {
 
 type propCall struct {
 	claim    outbox.Claim
+	job      outbox.Job
 	deadline time.Duration // on the test's clock: the invocation ends (crashes) then
+}
+
+// ledgerModel is the provider as a ledger: documents per command (row),
+// and the keys it replays, each with the test clock of its first use.
+type ledgerModel struct {
+	window, forget time.Duration // what the push trusts; when the provider forgets a key
+	docs           map[string]int
+	keys           map[string]time.Duration
 }
 
 type protocol struct {
@@ -106,6 +124,7 @@ type protocol struct {
 	after    string
 	started  int
 	recorded int
+	ledger   ledgerModel
 }
 
 func TestDeliveryProtocolProperties(t *testing.T) {
@@ -118,6 +137,9 @@ func TestDeliveryProtocolProperties(t *testing.T) {
 			current: map[string]string{}, excused: map[string]bool{}, ownLimit: map[string]bool{}, unordered: map[string]bool{},
 			maxInFlight: rapid.SampledFrom([]int{0, propMaxInFlight}).Draw(rt, "DISPATCH_MAX_IN_FLIGHT"),
 			connMax:     rapid.SampledFrom([]int{0, propConnMax}).Draw(rt, "CONNECTION_MAX_IN_FLIGHT")}
+		window := rapid.SampledFrom([]time.Duration{0, 61 * time.Second, 10 * time.Minute}).Draw(rt, "replayWindowSeconds")
+		p.ledger = ledgerModel{window: window, docs: map[string]int{}, keys: map[string]time.Duration{},
+			forget: window + rapid.SampledFrom([]time.Duration{0, 31 * time.Second, time.Hour}).Draw(rt, "the provider forgets keys after the window by")}
 		p.init(rt)
 		rt.Repeat(map[string]func(*rapid.T){
 			"dispatch":        p.dispatch,
@@ -143,7 +165,8 @@ func (p *protocol) exec(rt *rapid.T, sql string, args ...any) {
 func (p *protocol) init(rt *rapid.T) {
 	ctx := context.Background()
 	p.exec(rt, `truncate external_integration_outbox, external_integration_conflicts, integration_connections,
-		purchase_orders, purchase_order_lines, integration_outbox_connection_health`)
+		purchase_orders, purchase_order_lines, integration_outbox_connection_health, external_integration_attempts,
+		integration_outbox_starts, external_integration_rerun_audit`)
 	orgs := rapid.IntRange(1, 3).Draw(rt, "organizations")
 	for o := range orgs {
 		var org, po string
@@ -277,7 +300,7 @@ func (p *protocol) deliver(rt *rapid.T) {
 	if !rapid.Bool().Draw(rt, "delivered again later") {
 		p.queue = slices.Delete(p.queue, i, i+1)
 	}
-	started := p.start(rt, m.claim)
+	job, started := p.start(rt, m.claim)
 	if !started {
 		return
 	}
@@ -291,10 +314,10 @@ func (p *protocol) deliver(rt *rapid.T) {
 		}
 	}
 	p.started++
-	p.calls = append(p.calls, propCall{claim: m.claim, deadline: p.clock + propPush})
+	p.calls = append(p.calls, propCall{claim: m.claim, job: job, deadline: p.clock + propPush})
 }
 
-func (p *protocol) start(rt *rapid.T, c outbox.Claim) bool {
+func (p *protocol) start(rt *rapid.T, c outbox.Claim) (outbox.Job, bool) {
 	ctx := context.Background()
 	if p.revert {
 		rows, err := p.pool.Query(ctx, legacyStartSQL, []string{c.ID}, []string{c.OrganizationID},
@@ -307,14 +330,37 @@ func (p *protocol) start(rt *rapid.T, c outbox.Claim) bool {
 			n++
 		}
 		rows.Close()
-		return n == 1
+		return outbox.Job{}, n == 1
 	}
 	jobs, err := p.store.Start(ctx, []outbox.StartRequest{{OutboxID: c.ID, OrganizationID: c.OrganizationID,
 		ConnectionID: c.ConnectionID, ClaimToken: c.ClaimToken, LeaseUntil: p.now(rt).Add(propPush)}})
 	if err != nil {
 		rt.Fatal(err)
 	}
-	return len(jobs) == 1
+	if len(jobs) != 1 {
+		return outbox.Job{}, false
+	}
+	return jobs[0], true
+}
+
+// lookUp is the accounting providers' rule (internal/provider,
+// lookUpFirst): an earlier attempt's outcome is unknown, and the window
+// has passed since it started, or the row was rerun since.
+func (p *protocol) lookUp(rt *rapid.T, j outbox.Job) bool {
+	if j.UnknownSince.IsZero() {
+		return false
+	}
+	return j.Rerun || p.ledger.window == 0 || p.now(rt).Sub(j.UnknownSince) >= p.ledger.window
+}
+
+// create is the ledger's answer to a create of the row: the key's replay
+// while it remembers it, else a new document.
+func (p *protocol) create(row string) {
+	if first, ok := p.ledger.keys[row]; ok && p.clock-first < p.ledger.forget {
+		return
+	}
+	p.ledger.docs[row]++
+	p.ledger.keys[row] = p.clock
 }
 
 // now is the database's clock as the test moved it... the real clock:
@@ -337,9 +383,24 @@ func (p *protocol) finish(rt *rapid.T) {
 	p.calls = slices.Delete(p.calls, i, i+1)
 	o := outbox.Outcome{OutboxID: c.claim.ID, OrganizationID: c.claim.OrganizationID,
 		ConnectionID: c.claim.ConnectionID, ClaimToken: c.claim.ClaimToken}
-	switch rapid.SampledFrom([]string{"completed", "retryable", "accepted", "rejected", "uncertain"}).Draw(rt, "outcome") {
-	case "completed":
+	outcome := rapid.SampledFrom([]string{"completed", "retryable", "answer lost", "accepted", "rejected", "uncertain"}).Draw(rt, "outcome")
+	if !p.revert && p.lookUp(rt, c.job) && p.ledger.docs[c.claim.ID] > 0 {
+		outcome = "found"
+	}
+	switch outcome {
+	case "found":
+		o.Status, o.ProviderStatus, o.Circuit = outbox.StatusCompleted, "reconciled", outbox.CircuitSuccess
+	case "completed", "answer lost":
+		p.create(c.claim.ID)
 		o.Status, o.Circuit = outbox.StatusCompleted, outbox.CircuitSuccess
+		if outcome == "answer lost" {
+			o.OutcomeUnknown, o.Circuit = true, outbox.CircuitFailure
+			if c.claim.AttemptCount >= propMaxAttempts {
+				o.Status, o.ConflictType, o.ConflictSummary = outbox.StatusDeadLetter, "provider_rejected", "attempts exhausted"
+			} else {
+				o.Status, o.LastError, o.RetryIn = outbox.StatusFailed, "EOF", 30*time.Second
+			}
+		}
 	case "uncertain":
 		o.Status, o.Circuit = outbox.StatusUncertain, outbox.CircuitSuccess
 	case "accepted":
@@ -382,6 +443,10 @@ func (p *protocol) crashDuringCall(rt *rapid.T) {
 		rt.Skip("no call in flight")
 	}
 	i := rapid.IntRange(0, len(p.calls)-1).Draw(rt, "crashed call")
+	if c := p.calls[i]; !p.revert && rapid.Bool().Draw(rt, "the create reached the ledger") &&
+		!(p.lookUp(rt, c.job) && p.ledger.docs[c.claim.ID] > 0) {
+		p.create(c.claim.ID)
+	}
 	p.excused[p.calls[i].claim.ID] = true
 	p.calls = slices.Delete(p.calls, i, i+1)
 }
@@ -394,6 +459,10 @@ func (p *protocol) advance(rt *rapid.T) {
 	p.exec(rt, `update external_integration_outbox set lease_expires_at = lease_expires_at - $1::interval,
 		next_attempt_at = next_attempt_at - $1::interval, created_at = created_at - $1::interval`, d)
 	p.exec(rt, `update integration_outbox_connection_health set open_until = open_until - $1::interval`, d)
+	p.exec(rt, `update external_integration_attempts set started_at = started_at - $1::interval,
+		finished_at = finished_at - $1::interval, created_at = created_at - $1::interval`, d)
+	p.exec(rt, `update integration_outbox_starts set started_at = started_at - $1::interval, created_at = created_at - $1::interval`, d)
+	p.exec(rt, `update external_integration_rerun_audit set created_at = created_at - $1::interval`, d)
 	p.clock += d
 	p.calls = slices.DeleteFunc(p.calls, func(c propCall) bool {
 		if c.deadline <= p.clock {
@@ -417,6 +486,9 @@ func (p *protocol) rerun(rt *rapid.T) {
 			update external_integration_outbox set status = 'queued', attempt_count = 0, next_attempt_at = null,
 				claim_token = null, lease_expires_at = null, updated_at = now()
 			where id = $1 and status in ('failed', 'dead_letter', 'uncertain') returning id)
+		, audit as (
+			insert into external_integration_rerun_audit (organization_id, reason, payload, affected_ids)
+			select o.organization_id, 'protocol test', '{}', array[o.id] from external_integration_outbox o where o.id in (select id from r))
 		update external_integration_conflicts set status = 'resolved', resolved_at = now()
 		where outbox_id in (select id from r) and status = 'open'`, id)
 	if _, ok := p.current[id]; ok {
@@ -581,6 +653,12 @@ func (p *protocol) check(rt *rapid.T) {
 	}
 	if n != len(p.rows) {
 		rt.Fatalf("%d rows in the outbox, want %d", n, len(p.rows))
+	}
+	for row, docs := range p.ledger.docs {
+		if docs > 1 {
+			rt.Fatalf("row %s has %d documents at the ledger (trusted window %s, keys forgotten after %s)",
+				row, docs, p.ledger.window, p.ledger.forget)
+		}
 	}
 	// Per-entity order: one command of an entity in flight at a time (a
 	// row whose lease expired is not: it waits to be reclaimed).

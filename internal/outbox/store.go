@@ -58,6 +58,10 @@ const (
 	// ConflictPayloadInvalid: payload_json or the idempotency key cannot be
 	// sent.
 	ConflictPayloadInvalid ConflictType = "payload_invalid"
+	// ConflictProviderDuplicate: the provider holds two or more documents
+	// an earlier create of the command, whose answer was lost, may have
+	// made; a person decides which is the command's.
+	ConflictProviderDuplicate ConflictType = "provider_duplicate"
 )
 
 // DB is what the store needs of a pool, a connection or a transaction.
@@ -547,6 +551,12 @@ type Job struct {
 	// Connection is nil when the connection does not exist for the job's
 	// organization.
 	Connection *Connection
+	// UnknownSince is when the row's first attempt whose outcome is
+	// unknown started (its history's outcome_unknown attempts, the starts
+	// no record ended); zero: none. Rerun says an operator reran the row
+	// after it.
+	UnknownSince time.Time
+	Rerun        bool
 }
 
 // Start consumes the claims in one statement and returns the jobs it
@@ -588,13 +598,18 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 // organization).
 func scanJob(r pgx.CollectableRow) (Job, error) {
 	var (
-		j     Job
-		c     Connection
-		found bool
+		j       Job
+		c       Connection
+		found   bool
+		unknown *time.Time
 	)
 	err := r.Scan(&j.ID, &j.OrganizationID, &j.ConnectionID, &j.CommandType, &j.LocalEntityType,
 		&j.LocalEntityID, &j.Payload, &j.IdempotencyKey, &j.AttemptCount, &j.ClaimToken,
-		&found, &c.LocationID, &c.Provider, &c.CredentialReference, &c.Config, &c.Unauthorized)
+		&found, &c.LocationID, &c.Provider, &c.CredentialReference, &c.Config, &c.Unauthorized,
+		&unknown, &j.Rerun)
+	if unknown != nil {
+		j.UnknownSince = *unknown
+	}
 	if found {
 		c.ID = j.ConnectionID
 		j.Connection = &c
@@ -658,6 +673,10 @@ type Outcome struct {
 	CallFinishedAt time.Time
 	ProviderCalled bool
 	HTTPStatus     int
+	// OutcomeUnknown marks the attempt as one whose call may have made the
+	// command's document without our hearing of it (provider.Error's
+	// OutcomeUnknown): a later attempt looks it up first.
+	OutcomeUnknown bool
 	// Circuit is CircuitSuccess or CircuitFailure when the job called the
 	// provider; empty when it did not get that far.
 	Circuit string
@@ -694,6 +713,7 @@ type recordRow struct {
 	HTTPStatus        *int       `json:"http_status"`
 	Circuit           *string    `json:"circuit"`
 	Uncharged         bool       `json:"uncharged"`
+	OutcomeUnknown    bool       `json:"outcome_unknown"`
 	// NoConflict and Note: a result recorded as far as the host's tables
 	// allow (Record): no conflict, and why in the attempt's history.
 	NoConflict bool    `json:"no_conflict"`
@@ -710,7 +730,7 @@ func newRecordRow(o Outcome) recordRow {
 		ConflictType: pgtx.Nullable(string(o.ConflictType)), ConflictSummary: pgtx.Nullable(o.ConflictSummary),
 		LocationID: pgtx.Nullable(o.LocationID), ConnectionID: pgtx.Nullable(o.ConnectionID),
 		ProviderCalled: o.ProviderCalled, Circuit: pgtx.Nullable(o.Circuit), Uncharged: o.Uncharged,
-		WaitingFor: pgtx.Nullable(o.WaitingFor)}
+		OutcomeUnknown: o.OutcomeUnknown, WaitingFor: pgtx.Nullable(o.WaitingFor)}
 	r.StartedAt, r.FinishedAt = microseconds(o.CallStartedAt), microseconds(o.CallFinishedAt)
 	if o.HTTPStatus != 0 {
 		code := o.HTTPStatus

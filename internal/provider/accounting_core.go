@@ -3,9 +3,11 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"integration-outbox/internal/credential"
 )
@@ -193,6 +195,21 @@ type ledger[C any] interface {
 	link(ctx context.Context, p prepared[C], s Supplier, cred credential.Credential) (Result, error)
 	// renameRefused says why an update onto a taken name is not linked.
 	renameRefused(cmd SupplierPush, w supplierWrite, cred credential.Credential) *Error
+	// replayWindow is how long the connection's provider is trusted to
+	// replay a repeated key (config_json.replayWindowSeconds).
+	replayWindow(cfg C) time.Duration
+	// findOrders looks for the purchase orders an earlier create of cmd
+	// may have made, by what the create sent (its number, its supplier):
+	// those that match, without guessing.
+	findOrders(ctx context.Context, p prepared[C], cmd PurchaseOrderPush, cred credential.Credential) (lookup, error)
+}
+
+// lookup is what a look-up found: the matching documents, the status of
+// the answer, and what was looked for, in words.
+type lookup struct {
+	status int
+	docs   []found
+	what   string
 }
 
 // accounting is an accounting provider: the core around its ledger. It
@@ -232,14 +249,40 @@ func (a *accounting[C, L]) CheckPurchaseOrder(conn Connection, cred credential.C
 }
 
 // PushPurchaseOrder creates the order in the ledger, or updates the
-// purchase order an earlier push created (cmd.Document). Every failure is
-// an *Error whose text never contains a value of cred.
+// purchase order an earlier push created (cmd.Document). A create whose
+// earlier attempt's outcome is unknown looks the order up first once the
+// provider's replay of the key may have lapsed (lookUpFirst): found, the
+// row completes with it (ActionReconciled), no create. Every failure is
+// an *Error whose text never contains a value of cred; a create's that may
+// have made the order is OutcomeUnknown.
 func (a *accounting[C, L]) PushPurchaseOrder(ctx context.Context, conn Connection, cred credential.Credential, cmd PurchaseOrderPush) (Result, error) {
 	p, err := a.settle(conn, cred, cmd.IdempotencyKey, func(cfg C) ([]byte, error) { return a.l.orderBody(cfg, cmd) })
 	if err != nil {
 		return Result{}, err
 	}
-	return a.l.sendOrder(ctx, p, cmd, cred)
+	if cmd.Document != nil {
+		return a.l.sendOrder(ctx, p, cmd, cred)
+	}
+	if lookUpFirst(cmd.Unknown, a.l.replayWindow(p.cfg), a.c.cfg.Clock()) {
+		l, err := a.l.findOrders(ctx, p, cmd, cred)
+		if err != nil {
+			var perr *Error
+			if errors.As(err, &perr) {
+				perr.OutcomeUnknown = true
+				perr.Message = "looking up the purchase order an earlier attempt may have created, before creating it again: " + perr.Message
+			}
+			return Result{}, err
+		}
+		if res, err := reconciled(a.c.name, l.what, l.status, l.docs, cred); err != nil || res.Status != "" {
+			return res, err
+		}
+		// None: the create is a call of its own, paced as any.
+		if err := nextCall(ctx); err != nil {
+			return Result{}, err
+		}
+	}
+	res, err := a.l.sendOrder(ctx, p, cmd, cred)
+	return res, unknownOutcome(err)
 }
 
 // CheckSupplier returns the error PushSupplier would return before any

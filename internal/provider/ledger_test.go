@@ -23,8 +23,9 @@ import (
 
 // ledgerlyConfig is a ledgerly connection's config_json.
 type ledgerlyConfig struct {
-	BookID     string
-	APIBaseURL *url.URL
+	BookID       string
+	APIBaseURL   *url.URL
+	ReplayWindow time.Duration
 }
 
 type ledgerlyLedger struct{ c accountingClient }
@@ -46,8 +47,45 @@ func (ledgerlyLedger) config(raw json.RawMessage, allowPrivate bool) (ledgerlyCo
 	if c.BookID == "" {
 		return c, configError("bookId", "required")
 	}
+	if c.ReplayWindow, err = replayWindow(fields); err != nil {
+		return c, err
+	}
 	c.APIBaseURL, err = configURL(fields, "apiBaseUrl", "https://api.ledgerly.example", allowPrivate)
 	return c, err
+}
+
+func (ledgerlyLedger) replayWindow(cfg ledgerlyConfig) time.Duration { return cfg.ReplayWindow }
+
+// findOrders asks ledgerly for the orders of the number and keeps the
+// supplier's.
+func (l ledgerlyLedger) findOrders(ctx context.Context, p prepared[ledgerlyConfig], cmd PurchaseOrderPush, cred credential.Credential) (lookup, error) {
+	o, err := parseOrder(cmd.PurchaseOrder)
+	if err != nil {
+		return lookup{}, err
+	}
+	target := *p.cfg.APIBaseURL
+	target.Path += "/books/" + url.PathEscape(p.cfg.BookID) + "/orders"
+	target.RawQuery = url.Values{"number": {o.OrderNumber}}.Encode()
+	a, err := l.c.do(ctx, http.MethodGet, &target, "apiBaseUrl", l.c.header(p.auth), nil, cred)
+	if err != nil {
+		return lookup{}, err
+	}
+	if a.status < 200 || a.status >= 300 {
+		return lookup{}, l.c.statusError(a, "", cred)
+	}
+	var ans struct {
+		Orders []struct{ ID, Supplier string }
+	}
+	if err := json.Unmarshal(a.body, &ans); err != nil {
+		return lookup{}, &Error{Kind: Retryable, StatusCode: a.status, Message: "ledgerly answered a list it cannot read"}
+	}
+	res := lookup{status: a.status, what: "numbered " + o.OrderNumber}
+	for _, f := range ans.Orders {
+		if f.Supplier == cmd.ExternalSupplierID {
+			res.docs = append(res.docs, found{Document: Document{ID: f.ID}})
+		}
+	}
+	return res, nil
 }
 
 func (ledgerlyLedger) orderBody(cfg ledgerlyConfig, cmd PurchaseOrderPush) ([]byte, error) {
@@ -166,6 +204,8 @@ func TestAThirdProviderFromTheCore(t *testing.T) {
 		switch {
 		case r.Header.Get("Authorization") != "Bearer "+testToken:
 			return 401, `{"error":"bad token"}`, nil
+		case r.URL.Path == "/books/b-1/orders" && r.Method == http.MethodGet:
+			return 200, `{"orders":[{"id":"o-7","supplier":"sup-1"},{"id":"o-8","supplier":"sup-2"}]}`, nil
 		case r.URL.Path == "/books/b-1/orders" && r.Header.Get("Idempotency-Key") == "slow":
 			return 429, `{"error":"slow down"}`, http.Header{"Retry-After": {"30"}}
 		case r.URL.Path == "/books/b-1/orders" || r.URL.Path == "/books/b-1/orders/o-1":
@@ -195,13 +235,25 @@ func TestAThirdProviderFromTheCore(t *testing.T) {
 		t.Fatalf("update = %+v, %v", res, err)
 	}
 
+	// A create whose earlier attempt's outcome is unknown, past the
+	// replay window: looked up, found, not sent again.
+	cmd.Document, cmd.Unknown = nil, &UnknownOutcome{Since: time.Now().Add(-2 * time.Hour)}
+	before := len(api.got)
+	if res, err := p.PushPurchaseOrder(ctx, conn, accountingCred(), cmd); err != nil || res.ExternalID != "o-7" || res.Action != ActionReconciled {
+		t.Fatalf("look-up = %+v, %v, want o-7 reconciled", res, err)
+	}
+	if got := api.got[before:]; len(got) != 1 || !strings.HasPrefix(got[0], "GET ") {
+		t.Errorf("the look-up made %q, want one GET", got)
+	}
+	cmd.Unknown = nil
+
 	cmd.Document, cmd.IdempotencyKey = nil, "slow"
 	_, err = p.PushPurchaseOrder(ctx, conn, accountingCred(), cmd)
 	if e := asError(t, err); !e.PauseConnection || e.RetryAfter != 30*time.Second || e.Kind != Retryable {
 		t.Errorf("429 = %+v, want the connection paused for 30s", e)
 	}
 
-	before := len(api.got)
+	before = len(api.got)
 	bad := Connection{ID: "c-1", Provider: "ledgerly", Config: json.RawMessage(`{"apiBaseUrl":"` + base + `"}`)}
 	if err := p.CheckPurchaseOrder(bad, accountingCred(), cmd); asError(t, err).Kind != ConfigInvalid || !strings.Contains(err.Error(), "bookId") {
 		t.Errorf("no bookId = %v", err)

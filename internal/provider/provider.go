@@ -37,7 +37,29 @@ type PurchaseOrderPush struct {
 	// through the same connection created, nil when there is none: a
 	// provider that keeps documents updates it instead of creating another.
 	Document *Document
+	// Unknown, when set, says that an earlier attempt of the same row
+	// may have created the document without our hearing of it: an
+	// accounting provider looks it up before creating again, once its
+	// replay of the idempotency key may have lapsed.
+	Unknown *UnknownOutcome
 }
+
+// UnknownOutcome is what the attempt history of a row says about its
+// earlier attempts whose outcome is unknown: a create that timed out, lost
+// its connection, was answered 5xx or was never recorded.
+type UnknownOutcome struct {
+	// Since is when the first such attempt started: the provider's replay
+	// of the key runs from there.
+	Since time.Time
+	// Rerun is set when an operator reran the row after that attempt: the
+	// push looks up first, whatever the time.
+	Rerun bool
+}
+
+// ActionReconciled is the Action of a create that was not sent again
+// because the provider already had its document: an earlier attempt whose
+// answer was lost had made it. The row completes with that document.
+const ActionReconciled = "reconciled"
 
 // Document is a provider's document for one local entity through one
 // connection (integration_outbox_provider_documents).
@@ -116,6 +138,10 @@ const (
 	// PayloadInvalid: the command's payload cannot be sent — permanent,
 	// conflict payload_invalid.
 	PayloadInvalid
+	// Duplicate: the provider holds more than one document an earlier
+	// create of the command may have made; which is ours is a person's
+	// decision — permanent, conflict provider_duplicate.
+	Duplicate
 )
 
 func (k ErrorKind) String() string {
@@ -128,6 +154,8 @@ func (k ErrorKind) String() string {
 		return "config_invalid"
 	case PayloadInvalid:
 		return "payload_invalid"
+	case Duplicate:
+		return "duplicate"
 	}
 	return fmt.Sprintf("ErrorKind(%d)", int(k))
 }
@@ -157,6 +185,12 @@ type Error struct {
 	// day): the pause lasts until it resets (RetryAfter, up to a day), and
 	// the host is told with a connection_limit_reached conflict.
 	DailyLimit bool
+	// OutcomeUnknown is set when, after this failure, the provider may hold
+	// a document the command created that we have not heard of: a create
+	// that timed out, lost its connection or was answered 5xx, or a look-up
+	// of such a create that failed. The next attempt looks it up first once
+	// the provider's replay of the key may have lapsed.
+	OutcomeUnknown bool
 	// Message says what happened; it may quote the response body (truncated)
 	// and must never contain a secret value.
 	Message string

@@ -65,6 +65,9 @@ type QuickBooksConnectionConfig struct {
 	APIBaseURL   *url.URL
 	TokenURL     *url.URL
 	Limits       Limits
+	// ReplayWindow is how long QuickBooks is trusted to replay a repeated
+	// requestid (config_json.replayWindowSeconds).
+	ReplayWindow time.Duration
 }
 
 var realmID = regexp.MustCompile(`^[0-9]{1,32}$`)
@@ -106,8 +109,51 @@ func ParseQuickBooksConfig(raw json.RawMessage, allowPrivate bool) (QuickBooksCo
 		}
 		c.MinorVersion = n
 	}
+	if c.ReplayWindow, err = replayWindow(fields); err != nil {
+		return c, err
+	}
 	c.APIBaseURL, c.TokenURL, c.Limits, err = endpoints(fields, NameQuickBooks, DefaultQuickBooksAPIBaseURL, DefaultQuickBooksTokenURL, allowPrivate)
 	return c, err
+}
+
+// replayWindow is config_json.replayWindowSeconds (ledger).
+func (qboLedger) replayWindow(cfg QuickBooksConnectionConfig) time.Duration { return cfg.ReplayWindow }
+
+// findOrders queries the purchase orders with the order's number as
+// DocNumber (select * from PurchaseOrder where DocNumber = '…', the value
+// quoted as the vendor look-up quotes it) and keeps those of the order's
+// vendor (VendorRef). An order without a number cannot be told apart: none
+// is found, and the create goes.
+func (q qboLedger) findOrders(ctx context.Context, p prepared[QuickBooksConnectionConfig], cmd PurchaseOrderPush, cred credential.Credential) (lookup, error) {
+	o, err := parseOrder(cmd.PurchaseOrder)
+	if err != nil {
+		return lookup{}, err
+	}
+	number := strings.TrimSpace(o.OrderNumber)
+	l := lookup{what: fmt.Sprintf("with DocNumber %s for vendor %s", quoteBody([]byte(number), cred), quoteBody([]byte(cmd.ExternalSupplierID), cred))}
+	if number == "" {
+		return l, nil
+	}
+	query := "select * from PurchaseOrder where DocNumber = " + quickBooksQuote(number)
+	a, err := q.c.do(ctx, http.MethodGet, p.cfg.url("query", url.Values{"query": {query}}), "apiBaseUrl", q.c.header(p.auth), nil, cred)
+	if err != nil {
+		return lookup{}, err
+	}
+	ans := decodeQBOAnswer(a.body)
+	if err := q.failure(a, ans, cred); err != nil {
+		return lookup{}, err
+	}
+	l.status = a.status
+	if ans.QueryResponse != nil {
+		for _, po := range ans.QueryResponse.PurchaseOrder {
+			// The query is QuickBooks'; the comparison is ours too.
+			if po.ID != "" && len(po.ID) <= maxExternalIDBytes && po.DocNumber == number &&
+				po.VendorRef != nil && po.VendorRef.Value == cmd.ExternalSupplierID {
+				l.docs = append(l.docs, found{Document: Document{ID: po.ID, SyncToken: po.SyncToken}})
+			}
+		}
+	}
+	return l, nil
 }
 
 // config is ParseQuickBooksConfig (ledger).
@@ -340,7 +386,8 @@ type qboAnswer struct {
 	PurchaseOrder *qboObject `json:"PurchaseOrder"`
 	Vendor        *qboObject `json:"Vendor"`
 	QueryResponse *struct {
-		Vendor []qboObject `json:"Vendor"`
+		Vendor        []qboObject `json:"Vendor"`
+		PurchaseOrder []qboObject `json:"PurchaseOrder"`
 	} `json:"QueryResponse"`
 	Fault *struct {
 		Type  string `json:"type"`
@@ -355,9 +402,11 @@ type qboAnswer struct {
 
 // qboObject is what we read of an object QuickBooks answers.
 type qboObject struct {
-	ID          string `json:"Id"`
-	SyncToken   string `json:"SyncToken"`
-	DisplayName string `json:"DisplayName"`
+	ID          string  `json:"Id"`
+	SyncToken   string  `json:"SyncToken"`
+	DisplayName string  `json:"DisplayName"`
+	DocNumber   string  `json:"DocNumber"`
+	VendorRef   *qboRef `json:"VendorRef"`
 }
 
 // object is the answer's object of entity, nil when it has none.

@@ -48,6 +48,9 @@ type XeroConnectionConfig struct {
 	APIBaseURL  *url.URL
 	TokenURL    *url.URL
 	Limits      Limits
+	// ReplayWindow is how long Xero is trusted to replay a repeated
+	// Idempotency-Key (config_json.replayWindowSeconds).
+	ReplayWindow time.Duration
 }
 
 // ParseXeroConfig reads a xero connection's config_json. Keys are
@@ -78,9 +81,15 @@ func ParseXeroConfig(raw json.RawMessage, allowPrivate bool) (XeroConnectionConf
 	default:
 		return c, configError("status", "%q is not DRAFT, SUBMITTED or AUTHORISED", c.Status)
 	}
+	if c.ReplayWindow, err = replayWindow(fields); err != nil {
+		return c, err
+	}
 	c.APIBaseURL, c.TokenURL, c.Limits, err = endpoints(fields, NameXero, DefaultXeroAPIBaseURL, DefaultXeroTokenURL, allowPrivate)
 	return c, err
 }
+
+// replayWindow is config_json.replayWindowSeconds (ledger).
+func (xeroLedger) replayWindow(cfg XeroConnectionConfig) time.Duration { return cfg.ReplayWindow }
 
 // config is ParseXeroConfig (ledger).
 func (xeroLedger) config(raw json.RawMessage, allowPrivate bool) (XeroConnectionConfig, error) {
@@ -214,9 +223,11 @@ func (x xeroLedger) writeHeader(p prepared[XeroConnectionConfig], key string) ht
 }
 
 // xeroAnswer is what we read of Xero's answers: the purchase orders or
-// contacts of a 200, the Error of a 400, the problem of a 401/403.
+// contacts of a 200 (with its pagination, on a list), the Error of a 400,
+// the problem of a 401/403.
 type xeroAnswer struct {
 	PurchaseOrders []xeroElement
+	Pagination     *struct{ Page, PageCount int } `json:"pagination"`
 	Contacts       []xeroElement
 	Type           *string
 	Message        string
@@ -229,6 +240,10 @@ type xeroAnswer struct {
 // element of a validation exception.
 type xeroElement struct {
 	PurchaseOrderID       string
+	PurchaseOrderNumber   string
+	Reference             string
+	Status                string
+	Contact               struct{ ContactID string }
 	ContactID             string
 	Name                  string
 	ContactNumber         string
@@ -327,4 +342,76 @@ func (x xeroLedger) failure(a answer, ans xeroAnswer, cred credential.Credential
 		}
 	}
 	return e
+}
+
+// Xero's list of purchase orders: 100 a page unless told otherwise
+// (pageSize); we read at most xeroLookupPages pages of one day's orders.
+const (
+	xeroPageSize    = 100
+	xeroLookupPages = 50
+)
+
+// findOrders lists the purchase orders of the order's date (GET
+// /PurchaseOrders with DateFrom and DateTo, page by page: Xero's API
+// gives purchase orders no where filter) and keeps those with the
+// order's number as Reference and its supplier as Contact, that are not
+// DELETED. Without an order date the days from the first unknown attempt
+// to tomorrow are read. An order without a number cannot be told apart:
+// none is found, and the create goes.
+func (x xeroLedger) findOrders(ctx context.Context, p prepared[XeroConnectionConfig], cmd PurchaseOrderPush, cred credential.Credential) (lookup, error) {
+	o, err := parseOrder(cmd.PurchaseOrder)
+	if err != nil {
+		return lookup{}, err
+	}
+	ref := strings.TrimSpace(o.OrderNumber)
+	l := lookup{what: fmt.Sprintf("with Reference %s for contact %s", quoteBody([]byte(ref), cred), cmd.ExternalSupplierID)}
+	if ref == "" {
+		return l, nil
+	}
+	from, to := orderDate(o.CreatedAt), ""
+	if from == "" {
+		now := x.c.cfg.Clock()
+		since := now
+		if cmd.Unknown != nil && !cmd.Unknown.Since.IsZero() {
+			since = cmd.Unknown.Since
+		}
+		from, to = since.UTC().AddDate(0, 0, -1).Format(time.DateOnly), now.UTC().AddDate(0, 0, 1).Format(time.DateOnly)
+	}
+	for page := 1; ; page++ {
+		if page > 1 {
+			if err := nextCall(ctx); err != nil {
+				return lookup{}, err
+			}
+		}
+		target := *p.cfg.APIBaseURL
+		target.Path += "/PurchaseOrders"
+		target.RawQuery = url.Values{"DateFrom": {from}, "DateTo": {cmp.Or(to, from)}, "page": {fmt.Sprint(page)}}.Encode()
+		a, err := x.c.do(ctx, http.MethodGet, &target, "apiBaseUrl", x.header(p.cfg, p.auth), nil, cred)
+		if err != nil {
+			return lookup{}, err
+		}
+		ans := decodeXeroAnswer(a.body)
+		if a.status < 200 || a.status >= 300 {
+			return lookup{}, x.failure(a, ans, cred)
+		}
+		l.status = a.status
+		for _, po := range ans.PurchaseOrders {
+			if isGUID(po.PurchaseOrderID) && strings.TrimSpace(po.Reference) == ref &&
+				strings.EqualFold(po.Contact.ContactID, cmd.ExternalSupplierID) && po.Status != "DELETED" {
+				l.docs = append(l.docs, found{Document: Document{ID: po.PurchaseOrderID}, label: po.PurchaseOrderNumber})
+			}
+		}
+		last := len(ans.PurchaseOrders) < xeroPageSize
+		if pg := ans.Pagination; pg != nil && pg.PageCount > 0 {
+			last = pg.Page >= pg.PageCount || page >= pg.PageCount
+		}
+		if last {
+			return l, nil
+		}
+		if page == xeroLookupPages {
+			return lookup{}, redactError(&Error{Kind: Rejected, StatusCode: a.status, Message: fmt.Sprintf(
+				"xero lists more than %d purchase orders dated %s to %s: too many to look through for the one an earlier attempt may have created; "+
+					"check in Xero whether a purchase order %s exists before rerunning", xeroLookupPages*xeroPageSize, from, cmp.Or(to, from), l.what)}, cred)
+		}
+	}
 }

@@ -246,6 +246,9 @@ func (c *Command) delivery(j outbox.Job, o loadedOrder, ref supplierRef, refErr 
 	}
 	cmd := provider.PurchaseOrderPush{CommandType: j.CommandType, IdempotencyKey: j.IdempotencyKey,
 		ExternalSupplierID: supplier, PurchaseOrder: o.doc, Payload: j.Payload, Document: o.known}
+	if !j.UnknownSince.IsZero() {
+		cmd.Unknown = &provider.UnknownOutcome{Since: j.UnknownSince, Rerun: j.Rerun}
+	}
 	return push.Delivery{Send: func(ctx context.Context, p provider.Provider, conn provider.Connection,
 		cred credential.Credential) (provider.Result, error) {
 		res, err := p.(provider.PurchaseOrderPusher).PushPurchaseOrder(ctx, conn, cred, cmd)

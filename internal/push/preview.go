@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -171,6 +172,12 @@ func (w *Worker) Preview(ctx context.Context, job outbox.Job) (Preview, error) {
 		return previewEnded(pv, w.outcome(job, provider.Result{}, err)), nil
 	}
 	pv.Request = previewRequest(c, cred.Values())
+	if !job.UnknownSince.IsZero() && c.req.Method == http.MethodGet {
+		pv.Note = fmt.Sprintf("an earlier attempt (started %s) may have made the document without our hearing of it: "+
+			"the push looks it up first (this request); found, the row completes with it (reconciled), "+
+			"none found, the create follows, two or more, the row goes to a person (provider_duplicate)",
+			job.UnknownSince.UTC().Format(time.RFC3339))
+	}
 	return pv, nil
 }
 

@@ -587,18 +587,8 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 		}
 		paced, err := w.pace(ctx, p, pconn)
 		if err != nil {
-			var (
-				busy         *pace.Busy
-				unauthorized *pace.Unauthorized
-			)
-			switch {
-			case errors.As(err, &unauthorized):
-				log.logAttrs(ctx, slog.LevelInfo, "the connection needs reauthorization: the job is held without a call, its attempt not charged")
-				return heldForReauthorization(err), cred.Values()
-			case errors.As(err, &busy):
-				log.logAttrs(ctx, slog.LevelInfo, "connection busy: the job goes back to the outbox, its attempt not charged",
-					slog.Time("until", busy.Until), slog.Bool("paused", busy.Paused))
-				return uncharged(busy.Error(), max(time.Until(busy.Until), 0)), cred.Values()
+			if o, held := paceHeld(ctx, log, err); held {
+				return o, cred.Values()
 			}
 			return w.retryable(job, err.Error(), 0), cred.Values()
 		}
@@ -613,7 +603,13 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 			}
 		}
 		callStart := time.Now()
-		res, made, err := w.call(ctx, p, pconn, cred, ld.Send)
+		// A call of the push beyond its first (a look-up's create) waits
+		// for its own slot of the connection.
+		gated := provider.WithCallGate(ctx, func(ctx context.Context) error {
+			_, err := w.pace(ctx, p, pconn)
+			return err
+		})
+		res, made, err := w.call(gated, p, pconn, cred, ld.Send)
 		*latency += time.Since(callStart)
 		if made && !called {
 			called, first = true, callStart
@@ -625,6 +621,9 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 			continue
 		}
 		o := w.outcome(job, res, err)
+		if held, ok := paceHeld(ctx, log, err); ok {
+			o = held
+		}
 		switch {
 		case perr != nil && perr.PauseConnection:
 			o = w.pause(ctx, log, pconn, perr, err)
@@ -645,7 +644,7 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 			o.ProviderCalled, o.CallStartedAt, o.CallFinishedAt = true, first, time.Now()
 			o.HTTPStatus = res.StatusCode
 			if perr != nil {
-				o.HTTPStatus = perr.StatusCode
+				o.HTTPStatus, o.OutcomeUnknown = perr.StatusCode, perr.OutcomeUnknown
 			}
 		}
 		if !o.Uncharged {
@@ -653,6 +652,27 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 		}
 		return o, cred.Values()
 	}
+}
+
+// paceHeld is the outcome of a job the connection's pace held (err is a
+// *pace.Unauthorized or a *pace.Busy, before the call or between two calls
+// of one push): back to the outbox, its attempt not charged. ok is false
+// for any other err.
+func paceHeld(ctx context.Context, log jobLogger, err error) (_ outbox.Outcome, ok bool) {
+	var (
+		busy         *pace.Busy
+		unauthorized *pace.Unauthorized
+	)
+	switch {
+	case errors.As(err, &unauthorized):
+		log.logAttrs(ctx, slog.LevelInfo, "the connection needs reauthorization: the job is held without a call, its attempt not charged")
+		return heldForReauthorization(err), true
+	case errors.As(err, &busy):
+		log.logAttrs(ctx, slog.LevelInfo, "connection busy: the job goes back to the outbox, its attempt not charged",
+			slog.Time("until", busy.Until), slog.Bool("paused", busy.Paused))
+		return uncharged(busy.Error(), max(time.Until(busy.Until), 0)), true
+	}
+	return outbox.Outcome{}, false
 }
 
 // uncharged sends a job back to the outbox, due after retryIn, its attempt
@@ -843,17 +863,31 @@ func (w *Worker) outcome(job outbox.Job, res provider.Result, err error) outbox.
 	if !errors.As(err, &perr) {
 		return w.retryable(job, err.Error(), 0)
 	}
+	var o outbox.Outcome
 	switch perr.Kind {
 	case provider.Rejected:
-		return permanent(job, outbox.ConflictProviderRejected, err.Error())
+		o = permanent(job, outbox.ConflictProviderRejected, err.Error())
 	case provider.ConfigInvalid:
-		return permanent(job, outbox.ConflictConfigurationInvalid, err.Error())
+		o = permanent(job, outbox.ConflictConfigurationInvalid, err.Error())
 	case provider.PayloadInvalid:
-		return permanent(job, outbox.ConflictPayloadInvalid, err.Error())
+		o = permanent(job, outbox.ConflictPayloadInvalid, err.Error())
+	case provider.Duplicate:
+		o = permanent(job, outbox.ConflictProviderDuplicate, err.Error())
 	default:
-		return w.retryable(job, err.Error(), perr.RetryAfter)
+		o = w.retryable(job, err.Error(), perr.RetryAfter)
 	}
+	if perr.OutcomeUnknown && o.Status == outbox.StatusDeadLetter {
+		// The last attempt may have made the document: a person should
+		// know before creating it by hand, and a rerun looks it up.
+		o.LastError = MayExistAtProvider + ": " + o.LastError
+		o.ConflictSummary = fmt.Sprintf("%s reached dead letter (%s): %s", job.CommandType, o.ConflictType, o.LastError)
+	}
+	return o
 }
+
+// MayExistAtProvider begins the last_error and conflict summary of a row
+// dead-lettered after an attempt whose outcome is unknown.
+const MayExistAtProvider = "may exist at the provider: rerun looks it up first"
 
 // retryable schedules the next attempt, or dead-letters the row when its
 // attempts are exhausted.

@@ -136,6 +136,10 @@ type Attempt struct {
 	ErrorExcerpt      string
 	ProviderReference string
 	ProviderStatus    string
+	// OutcomeUnknown: the attempt's call may have made the command's
+	// document without our hearing of it; a later attempt looks it up
+	// first.
+	OutcomeUnknown bool
 }
 
 // Conflict is a conflict opened for a row.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,10 +29,12 @@ import (
 //   - POST /v3/company/{realm}/vendor: create, or update
 //   - GET /v3/company/{realm}/vendor/{id}
 //   - GET /v3/company/{realm}/query?query=select * from Vendor where DisplayName = '…'
+//   - GET /v3/company/{realm}/query?query=select * from PurchaseOrder where DocNumber = '…'
 //
-// each with ?minorversion=, the bearer token checked. It is not QuickBooks:
-// the provider's answer reading is tested on Intuit's documented answers
-// (internal/provider/testdata/quickbooks).
+// each with ?minorversion=, the bearer token checked. A POST with a
+// requestid it answered before gets that answer again (ReplayWindow).
+// It is not QuickBooks: the provider's answer reading is tested on
+// Intuit's documented answers (internal/provider/testdata/quickbooks).
 type QuickBooksStandIn struct {
 	URL   string // the apiBaseUrl: URL + "/v3/company/{realm}/…"
 	Realm string
@@ -40,17 +43,35 @@ type QuickBooksStandIn struct {
 	// (default 1): with more than one, a purchase order must name its
 	// APAccountRef. Set it before the first request.
 	APAccounts int
+	// ReplayWindow is how long a requestid is remembered after its first
+	// use: a requestid used ReplayWindow or more before Now is forgotten,
+	// and its request served as new. 0 keeps them for ever. Set it before
+	// the first request.
+	ReplayWindow time.Duration
+	// Now is the stand-in's clock (nil: time.Now): it times the
+	// requestids and dates a purchase order made without a TxnDate. Set
+	// it before the first request.
+	Now func() time.Time
+	// Before, when set, is called with each request whose token and
+	// company pass. A status other than 0 is answered, with header and
+	// body, instead of serving the request (not kept in Refusals). It is
+	// read under the stand-in's lock and called outside it: set it before
+	// the first request, or take care of its use yourself. It should not
+	// read the request's body, which the stand-in reads after.
+	Before func(req *http.Request) (status int, header http.Header, body string)
 
 	srv *http.Server
 	mu  sync.Mutex
 	// answered keeps the answer to each requestid: a repeated requestid
 	// gets the first answer again and changes nothing (Intuit's reference,
 	// "Idempotency": the requestid query parameter).
-	answered map[string]qboReply
+	answered map[string]qboKept
 	orders   map[string]*QuickBooksObject // by Id
 	vendors  map[string]*QuickBooksObject // by Id
 	nextID   int
 	requests int
+	replays  int
+	lose     int // how many purchase order creates' answers to lose
 	refusals []string
 }
 
@@ -59,11 +80,19 @@ type QuickBooksStandIn struct {
 type QuickBooksObject struct {
 	ID, SyncToken string
 	Fields        map[string]any
+	day           string // the day (UTC) it was made: its TxnDate unless it has one
 }
 
 type qboReply struct {
 	status int
+	header http.Header // besides the Content-Type and intuit_tid
 	body   []byte
+}
+
+// qboKept is the first answer to a requestid and when it was used.
+type qboKept struct {
+	reply qboReply
+	at    time.Time
 }
 
 // StartQuickBooksStandIn serves a QuickBooksStandIn on a free loopback
@@ -74,8 +103,8 @@ func StartQuickBooksStandIn(realm, token string) (*QuickBooksStandIn, error) {
 		return nil, err
 	}
 	q := &QuickBooksStandIn{URL: "http://" + l.Addr().String(), Realm: realm, Token: token, APAccounts: 1,
-		answered: map[string]qboReply{}, orders: map[string]*QuickBooksObject{}, vendors: map[string]*QuickBooksObject{}, nextID: 40}
-	q.srv = &http.Server{Handler: http.HandlerFunc(q.serve), ReadHeaderTimeout: 5 * time.Second}
+		answered: map[string]qboKept{}, orders: map[string]*QuickBooksObject{}, vendors: map[string]*QuickBooksObject{}, nextID: 40}
+	q.srv = &http.Server{Handler: http.HandlerFunc(q.serve), ReadHeaderTimeout: 5 * time.Second, ConnContext: countRequests}
 	go q.srv.Serve(l)
 	return q, nil
 }
@@ -91,6 +120,37 @@ func (q *QuickBooksStandIn) AddVendor(displayName string) string {
 	id := q.newID()
 	q.vendors[id] = &QuickBooksObject{ID: id, SyncToken: "0", Fields: map[string]any{"DisplayName": displayName}}
 	return id
+}
+
+// AddPurchaseOrder puts a purchase order there, numbered docNumber, for
+// the vendor vendorID, as if someone had created it in QuickBooks, and
+// returns its Id.
+func (q *QuickBooksStandIn) AddPurchaseOrder(docNumber, vendorID string) string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	id := q.newID()
+	q.orders[id] = &QuickBooksObject{ID: id, SyncToken: "0", day: q.today(),
+		Fields: map[string]any{"DocNumber": docNumber, "VendorRef": map[string]any{"value": vendorID}}}
+	return id
+}
+
+// LoseAnswers makes it lose the answers to the next n POSTs that create a
+// purchase order (a body without Id): each is served in full (the order
+// made, its requestid's answer remembered), but its connection is closed
+// without an answer. As with XeroStandIn.LoseAnswers, one that Go's
+// http.Transport would send again is closed unserved on a reused
+// connection.
+func (q *QuickBooksStandIn) LoseAnswers(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.lose = n
+}
+
+// Replays is how many requests got the answer kept for their requestid.
+func (q *QuickBooksStandIn) Replays() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.replays
 }
 
 // Touch changes an entity's SyncToken as an edit in QuickBooks would.
@@ -139,6 +199,16 @@ func (q *QuickBooksStandIn) newID() string {
 	return strconv.Itoa(q.nextID)
 }
 
+func (q *QuickBooksStandIn) now() time.Time {
+	if q.Now != nil {
+		return q.Now()
+	}
+	return time.Now()
+}
+
+// today is the day of Now in UTC, YYYY-MM-DD.
+func (q *QuickBooksStandIn) today() string { return q.now().UTC().Format(time.DateOnly) }
+
 func bump(token string) string {
 	n, _ := strconv.Atoi(token)
 	return strconv.Itoa(n + 1)
@@ -164,10 +234,42 @@ func validation(code, msg, detail string) *fault {
 }
 
 func (q *QuickBooksStandIn) serve(w http.ResponseWriter, req *http.Request) {
+	r, tid, lost := q.handle(req, reusedConn(req))
+	if lost {
+		hangUp(w)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	for k, v := range r.header {
+		w.Header()[k] = v
+	}
+	w.Header().Set("intuit_tid", tid)
+	w.WriteHeader(r.status)
+	w.Write(r.body)
+}
+
+// handle works out the answer to req, which came on a connection reused
+// or not, its intuit_tid, and whether to lose it.
+func (q *QuickBooksStandIn) handle(req *http.Request, reused bool) (r qboReply, tid string, lost bool) {
+	q.mu.Lock()
+	q.requests++
+	tid = "stand-in-" + strconv.Itoa(q.requests)
+	rest, refused := q.authorize(req)
+	before := q.Before
+	q.mu.Unlock()
+	if refused == nil && before != nil {
+		if status, header, body := before(req); status != 0 {
+			return qboReply{status: status, header: header, body: []byte(body)}, tid, false
+		}
+	}
+
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.requests++
-	r := q.answer(req)
+	if refused != nil {
+		r = *refused
+	} else {
+		r, lost = q.answer(req, rest, reused)
+	}
 	if r.status >= 300 {
 		var f struct {
 			Fault struct {
@@ -179,38 +281,58 @@ func (q *QuickBooksStandIn) serve(w http.ResponseWriter, req *http.Request) {
 			q.refusals = append(q.refusals, e.Code+" "+e.Message+": "+e.Detail)
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("intuit_tid", "stand-in-"+strconv.Itoa(q.requests))
-	w.WriteHeader(r.status)
-	w.Write(r.body)
+	return r, tid, lost
 }
 
-func (q *QuickBooksStandIn) answer(req *http.Request) qboReply {
+// authorize checks the bearer token and the company: it returns the path
+// after /v3/company/{realm}/, or the fault answered when either is wrong.
+func (q *QuickBooksStandIn) authorize(req *http.Request) (string, *qboReply) {
 	if req.Header.Get("Authorization") != "Bearer "+q.Token {
-		return fault{status: http.StatusUnauthorized, typ: "AUTHENTICATION", code: "3200",
+		r := fault{status: http.StatusUnauthorized, typ: "AUTHENTICATION", code: "3200",
 			msg: "message=AuthenticationFailed; errorCode=003200; statusCode=401", detail: "Token invalid"}.reply()
+		return "", &r
 	}
 	prefix := "/v3/company/" + q.Realm + "/"
 	rest, ok := strings.CutPrefix(req.URL.Path, prefix)
 	if !ok {
-		return fault{status: http.StatusForbidden, typ: "AuthorizationFault", code: "5020",
+		r := fault{status: http.StatusForbidden, typ: "AuthorizationFault", code: "5020",
 			msg: "Permission Denied Error", detail: "the token's company is " + q.Realm}.reply()
+		return "", &r
 	}
+	return rest, nil
+}
+
+// answer serves an authorized request for rest, the path after the
+// company's, which came on a connection reused or not, and says whether to
+// lose the answer.
+func (q *QuickBooksStandIn) answer(req *http.Request, rest string, reused bool) (qboReply, bool) {
 	if req.URL.Query().Get("minorversion") == "" {
-		return validation("2010", "Request has invalid or unsupported property", "minorversion is expected on every request").reply()
+		return validation("2010", "Request has invalid or unsupported property", "minorversion is expected on every request").reply(), false
 	}
 	entity, id, _ := strings.Cut(rest, "/")
 	switch {
 	case req.Method == http.MethodGet && entity == "query":
-		return q.query(req.URL.Query().Get("query"))
+		return q.query(req.URL.Query().Get("query")), false
 	case req.Method == http.MethodGet && (entity == "purchaseorder" || entity == "vendor") && id != "":
-		return q.read(entity, id)
+		return q.read(entity, id), false
 	case req.Method == http.MethodPost && (entity == "purchaseorder" || entity == "vendor") && id == "":
-		rid := req.URL.Query().Get("requestid")
-		if r, ok := q.answered[rid]; ok && rid != "" {
-			return r
-		}
 		body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+		lost := false
+		if entity == "purchaseorder" && err == nil && q.lose > 0 {
+			var head struct{ Id *string }
+			if json.Unmarshal(body, &head) == nil && head.Id == nil {
+				if reused && resentByGo(req) {
+					return qboReply{}, true
+				}
+				q.lose--
+				lost = true
+			}
+		}
+		rid, now := req.URL.Query().Get("requestid"), q.now()
+		if k, ok := q.answered[rid]; ok && rid != "" && (q.ReplayWindow <= 0 || now.Sub(k.at) < q.ReplayWindow) {
+			q.replays++
+			return k.reply, lost
+		}
 		var r qboReply
 		if err != nil {
 			r = validation("2010", "Request has invalid or unsupported property", "the body could not be read").reply()
@@ -218,12 +340,12 @@ func (q *QuickBooksStandIn) answer(req *http.Request) qboReply {
 			r = q.write(entity, body)
 		}
 		if rid != "" {
-			q.answered[rid] = r
+			q.answered[rid] = qboKept{reply: r, at: now}
 		}
-		return r
+		return r, lost
 	}
 	return fault{status: http.StatusNotFound, typ: "ValidationFault", code: "610", msg: "Object Not Found",
-		detail: req.Method + " " + req.URL.Path + " is not an operation of this stand-in"}.reply()
+		detail: req.Method + " " + req.URL.Path + " is not an operation of this stand-in"}.reply(), false
 }
 
 // key is the JSON key of an entity, its path's name.
@@ -281,7 +403,7 @@ func (q *QuickBooksStandIn) write(entity string, body []byte) qboReply {
 			return validation("2020", "Required param missing, need to supply the required value for the API",
 				"Required parameter Id is missing in the request").reply()
 		}
-		o := &QuickBooksObject{ID: q.newID(), SyncToken: "0", Fields: fields}
+		o := &QuickBooksObject{ID: q.newID(), SyncToken: "0", Fields: fields, day: q.today()}
 		store[o.ID] = o
 		return q.entityReply(entity, o)
 	}
@@ -398,26 +520,61 @@ func (q *QuickBooksStandIn) checkVendor(fields map[string]any) *fault {
 	return nil
 }
 
-// query answers "select * from Vendor where DisplayName = '…'" (quotes
-// escaped with a backslash), the one query the provider makes.
+// query answers "select * from Vendor where DisplayName = '…'" (the name
+// matched ignoring case) and "select * from PurchaseOrder where DocNumber =
+// '…'" (the number matched exactly), quotes escaped with a backslash, the
+// queries the provider makes. What it finds is in the order of its Ids.
 func (q *QuickBooksStandIn) query(text string) qboReply {
-	const prefix = "select * from Vendor where DisplayName = '"
-	if !strings.HasPrefix(text, prefix) || !strings.HasSuffix(text, "'") {
-		return validation("4000", "Error parsing query", "QueryParserError: this stand-in answers "+prefix+"…' only").reply()
+	const vendor, order = "select * from Vendor where DisplayName = '", "select * from PurchaseOrder where DocNumber = '"
+	prefix := vendor
+	if strings.HasPrefix(text, order) {
+		prefix = order
 	}
-	name := strings.ReplaceAll(text[len(prefix):len(text)-1], `\'`, `'`)
+	if !strings.HasPrefix(text, prefix) || !strings.HasSuffix(text, "'") || len(text) <= len(prefix) {
+		return validation("4000", "Error parsing query", "QueryParserError: this stand-in answers "+vendor+"…' and "+order+"…' only").reply()
+	}
+	value := strings.ReplaceAll(text[len(prefix):len(text)-1], `\'`, `'`)
+	key := "Vendor"
 	var found []map[string]any
-	for _, v := range q.vendors {
-		if other, _ := v.Fields["DisplayName"].(string); strings.EqualFold(other, name) {
-			found = append(found, map[string]any{"Id": v.ID, "SyncToken": v.SyncToken, "DisplayName": other})
+	if prefix == vendor {
+		for _, v := range byID(q.vendors) {
+			if other, _ := v.Fields["DisplayName"].(string); strings.EqualFold(other, value) {
+				found = append(found, map[string]any{"Id": v.ID, "SyncToken": v.SyncToken, "DisplayName": other})
+			}
+		}
+	} else {
+		key = "PurchaseOrder"
+		for _, o := range byID(q.orders) {
+			if number, _ := o.Fields["DocNumber"].(string); number == value {
+				day, _ := o.Fields["TxnDate"].(string)
+				if day == "" {
+					day = o.day
+				}
+				found = append(found, map[string]any{"Id": o.ID, "SyncToken": o.SyncToken, "DocNumber": number,
+					"VendorRef": map[string]any{"value": ref(o.Fields, "VendorRef")}, "TxnDate": day})
+			}
 		}
 	}
 	resp := map[string]any{}
 	if len(found) > 0 {
-		resp = map[string]any{"Vendor": found, "startPosition": 1, "maxResults": len(found)}
+		resp = map[string]any{key: found, "startPosition": 1, "maxResults": len(found)}
 	}
 	body, _ := json.Marshal(map[string]any{"QueryResponse": resp, "time": time.Now().Format(time.RFC3339)})
 	return qboReply{status: http.StatusOK, body: body}
+}
+
+// byID is the entities of m in the order of their Ids (numbers).
+func byID(m map[string]*QuickBooksObject) []*QuickBooksObject {
+	out := make([]*QuickBooksObject, 0, len(m))
+	for _, o := range m {
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b *QuickBooksObject) int {
+		i, _ := strconv.Atoi(a.ID)
+		j, _ := strconv.Atoi(b.ID)
+		return i - j
+	})
+	return out
 }
 
 // QuickBooksConfig is the config_json of a quickbooks connection to q,

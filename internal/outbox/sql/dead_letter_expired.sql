@@ -12,7 +12,12 @@
 -- without waking it. It also deletes the
 -- starts (integration_outbox_starts) that no record will delete: those of
 -- claims their row no longer holds (a push that crashed before its record,
--- a claim given back), ten minutes after they were written.
+-- a claim given back), ten minutes after they were written, or at once
+-- for a row it ends. A start the
+-- push had made (started_at set) leaves one attempt-history row, outcome
+-- lease_expired and outcome_unknown: its call may have reached the
+-- provider, so a later attempt of the row, or its rerun, looks the
+-- document up first.
 
 with exhausted as (
     select o.id from external_integration_outbox o
@@ -124,10 +129,22 @@ with exhausted as (
 /*fragment:command_event*/ select 1 /*end:command_event*/
 ), forgotten as (
     delete from integration_outbox_starts st
-    where st.created_at < now() - interval '10 minutes'
-      and (@organization_id::uuid is null or st.organization_id = @organization_id)
-      and not exists (select 1 from external_integration_outbox o
-                      where o.id = st.outbox_id and o.claim_token = st.claim_token and o.status = 'processing')
+    where ((st.created_at < now() - interval '10 minutes'
+            and (@organization_id::uuid is null or st.organization_id = @organization_id)
+            and not exists (select 1 from external_integration_outbox o
+                            where o.id = st.outbox_id and o.claim_token = st.claim_token and o.status = 'processing'))
+        -- The start of a row this statement ends (its lease expired with
+        -- no attempt left) at once: a rerun of that row must know of it.
+        or exists (select 1 from expired e where e.id = st.outbox_id and e.claim_token = st.claim_token))
+    returning st.outbox_id, st.organization_id, st.attempt, st.started_at
+), lost as (
+    insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, outcome,
+        provider_called, error_excerpt, outcome_unknown)
+    select f.outbox_id, f.organization_id, coalesce(f.attempt, 0), f.started_at, 'lease_expired', true,
+        'the push started this attempt and no result was recorded (its function crashed or ran out of time): '
+        || 'the provider may have acted on it', true
+    from forgotten f
+    where f.started_at is not null
 )
 -- How many rows it ended, and whether any row in the scope is queued,
 -- failed or processing: with none, a claim would find nothing, and the

@@ -24,7 +24,7 @@ with res as (
         as r(id uuid, organization_id uuid, claim_token uuid, status text, provider_reference text,
             provider_status text, last_error text, retry_seconds float8, conflict_type text, conflict_summary text,
             location_id uuid, connection_id uuid, started_at timestamptz, finished_at timestamptz,
-            provider_called bool, http_status int, circuit text, uncharged bool, no_conflict bool, note text,
+            provider_called bool, http_status int, circuit text, uncharged bool, outcome_unknown bool, no_conflict bool, note text,
             waiting_for uuid)
 ), updated as (
     update external_integration_outbox o
@@ -66,7 +66,7 @@ with res as (
         o.attempt_count + case when res.uncharged then 1 else 0 end as attempt_count, o.started_at,
         res.conflict_type, res.conflict_summary, res.location_id, res.provider_reference, res.provider_status,
         res.last_error as attempt_error, res.started_at as call_started_at, res.finished_at,
-        res.provider_called, res.http_status, res.no_conflict, res.note
+        res.provider_called, res.http_status, res.outcome_unknown, res.no_conflict, res.note
 ), conflicts as (
     insert into external_integration_conflicts (organization_id, location_id, integration_connection_id,
         conflict_type, severity, local_entity_type, local_entity_id, summary, local_snapshot, outbox_id)
@@ -86,10 +86,11 @@ with res as (
     where st.claim_token = u.claim_token
 ), attempts as (
     insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, finished_at,
-        outcome, provider_called, http_status, error_excerpt, provider_reference, provider_status)
+        outcome, provider_called, http_status, error_excerpt, provider_reference, provider_status, outcome_unknown)
     select u.id, u.organization_id, u.attempt_count, coalesce(u.call_started_at, u.started_at),
         coalesce(u.finished_at, now()), u.status, coalesce(u.provider_called, false), u.http_status,
-        left(nullif(concat_ws('; ', u.attempt_error, u.note), ''), 1000), u.provider_reference, u.provider_status
+        left(nullif(concat_ws('; ', u.attempt_error, u.note), ''), 1000), u.provider_reference, u.provider_status,
+        u.outcome_unknown or null
     from updated u
 ), woken as (
     -- A row that ends (completed, uncertain, unsupported, dead_letter)

@@ -21,8 +21,10 @@
 -- (@max_attempts: MAX_ATTEMPTS) goes to dead_letter with its one open
 -- conflict and its Command Dead-Lettered event (@events_on), as an expired
 -- lease with no attempts left does. Each release
--- appends one attempt-history row; provider_called is set when the push had
--- started, since its call may have reached the provider.
+-- appends one attempt-history row; provider_called and outcome_unknown are
+-- set when the push had started, since its call may have reached the
+-- provider (a later attempt looks the document up first), and deletes the
+-- claim's start, which no record will.
 
 with req as (
     select * from unnest(@ids::text[]::uuid[], @organization_ids::text[]::uuid[], @claim_tokens::text[]::uuid[], @connection_ids::text[]::uuid[])
@@ -61,9 +63,14 @@ with req as (
 /*fragment:command_event*/ select 1 /*end:command_event*/
 ), attempts as (
     insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at, finished_at,
-        outcome, provider_called, error_excerpt)
+        outcome, provider_called, error_excerpt, outcome_unknown)
     select r.id, r.organization_id, r.attempt_count, coalesce(r.started_at, r.claimed_at), now(),
-        r.status, r.started_at is not null, r.last_error
+        r.status, r.started_at is not null, r.last_error, r.started_at is not null or null
     from released r
+), consumed as (
+    delete from integration_outbox_starts st
+    using req
+    where st.claim_token = req.claim_token and st.outbox_id = req.id
+      and req.id in (select r.id from released r)
 )
 select id::text, status from released

@@ -50,8 +50,8 @@ with req as (
     from locked l
     order by l.claim_token
 ), started as (
-    insert into integration_outbox_starts (claim_token, outbox_id, organization_id, started_at)
-    select c.claim_token, c.id, c.organization_id, now()
+    insert into integration_outbox_starts (claim_token, outbox_id, organization_id, started_at, attempt)
+    select c.claim_token, c.id, c.organization_id, now(), c.attempt_count
     from claimed c
     order by c.claim_token
     on conflict (claim_token) do nothing
