@@ -194,3 +194,41 @@ func TestThePreviewShowsTheRefusalThePushWouldRecord(t *testing.T) {
 		t.Errorf("another organization's row: %v, want outbox.ErrNotFound", err)
 	}
 }
+
+// TestThePreviewShowsTheLookUpFirst: a Xero row whose earlier attempt's
+// outcome is unknown, two hours ago: the preview's request is the look-up
+// the push sends first (GET /PurchaseOrders of the order's date), with a
+// note saying why; the push then sends exactly that, finds nothing, and
+// creates.
+func TestThePreviewShowsTheLookUpFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	rc := documented(t, "200 xero/purchase_orders_none.json", "200 xero/created.json")
+	c := testenv.ConnectionOpts{Provider: "xero", OrganizationID: b.org, CredentialReference: secret(t, `{"token":"xero-access-token"}`, b.org),
+		Config: map[string]string{"tenantId": "tenant-7", "accountCode": "300", "apiBaseUrl": rc.URL}}
+	ids := b.f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Lines: 1, Connection: c,
+		Command: testenv.CommandOpts{Payload: map[string]string{"externalSupplierId": "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"}}})
+	if _, err := b.f.Pool.Exec(ctx, `insert into external_integration_attempts (outbox_id, organization_id, attempt, started_at,
+		finished_at, outcome, provider_called, error_excerpt, outcome_unknown)
+		values ($1, $2, 1, now() - interval '2 hours', now() - interval '2 hours', 'failed', true, 'xero: request failed: EOF', true)`,
+		ids.CommandID, b.org); err != nil {
+		t.Fatal(err)
+	}
+	pv, err := b.preview(t, b.org, ids.CommandID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pv.Request == nil || pv.Request.Method != http.MethodGet || !strings.Contains(pv.Request.URL, "/PurchaseOrders?DateFrom=") ||
+		!strings.Contains(pv.Note, "looks it up first") {
+		t.Fatalf("preview %+v (note %q), want the look-up with a note", pv.Request, pv.Note)
+	}
+	b.handle(t, b.claim(t, 10))
+	reqs := rc.Requests()
+	if len(reqs) != 2 || reqs[0].Method != http.MethodGet || reqs[1].Method != http.MethodPost {
+		t.Fatalf("the push sent %d requests, want the look-up then the create", len(reqs))
+	}
+	if u, _ := url.Parse(pv.Request.URL); u.RequestURI() != reqs[0].URI {
+		t.Errorf("preview %s, push sent %s", u.RequestURI(), reqs[0].URI)
+	}
+}
