@@ -335,6 +335,10 @@ func TestSuppliersGoFirstAndTheirOrdersFollow(t *testing.T) {
 			if len(contacts) != 5 {
 				t.Fatalf("Xero holds %d contacts, want 5", len(contacts))
 			}
+			// Every create was answered: no purchase order was looked up.
+			if n := s.xero.Counts()["200 OK (order search)"]; n != 0 {
+				t.Errorf("%d purchase order look-ups on the normal path, want 0", n)
+			}
 			for _, c := range contacts {
 				var i int
 				if _, err := fmt.Sscanf(c.ContactNumber, "SUP-%d", &i); err != nil || contactOf[fmt.Sprint(i)] != c.ContactID ||

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -68,3 +69,40 @@ var (
 	IdleSQL              = idleCheck.SQL
 	RecordSQL            = record.SQL
 )
+
+// StartPlan is the generic plan (EXPLAIN ANALYZE, text) of the start for
+// reqs in tx, as its routine runs it with plan_cache_mode
+// force_generic_plan.
+func (s *Store) StartPlan(ctx context.Context, tx pgx.Tx, reqs []StartRequest) (string, error) {
+	if _, err := tx.Exec(ctx, "set local plan_cache_mode = force_generic_plan"); err != nil {
+		return "", err
+	}
+	ids, orgs, tokens, conns, until := make([]string, len(reqs)), make([]string, len(reqs)), make([]string, len(reqs)), make([]*string, len(reqs)), make([]*time.Time, len(reqs))
+	for i, r := range reqs {
+		c := r.ConnectionID
+		ids[i], orgs[i], tokens[i], conns[i] = r.OutboxID, r.OrganizationID, r.ClaimToken, &c
+	}
+	args := pgx.NamedArgs{"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "connection_ids": conns, "lease_until": until}
+	sql, values, err := args.RewriteQuery(ctx, tx.Conn(), start.SQL, nil)
+	if err != nil {
+		return "", err
+	}
+	if _, err := tx.Exec(ctx, "prepare start_plan as "+sql); err != nil {
+		return "", fmt.Errorf("preparing the start: %w", err)
+	}
+	defer tx.Exec(context.WithoutCancel(ctx), "deallocate start_plan")
+	params := ""
+	for i := range values {
+		if i > 0 {
+			params += ", "
+		}
+		params += fmt.Sprintf("$%d", i+1)
+	}
+	rows, err := tx.Query(ctx, "explain (analyze, buffers, costs off) execute start_plan("+params+")",
+		append([]any{pgx.QueryExecModeSimpleProtocol}, values...)...)
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
+}

@@ -53,7 +53,7 @@ var (
 	claimListed       = routine("claim_listed", claimSettings...)
 	idleCheck         = routine("idle", jitOff)
 	deadLetterExpired = routine("dead_letter_expired", jitOff)
-	start             = routine("start", jitOff)
+	start             = routine("start", jitOff, sqlroutine.Setting{Name: "plan_cache_mode", Value: "force_generic_plan"})
 	record            = routine("record", jitOff)
 )
 

@@ -31,7 +31,7 @@ with req as (
     -- of this statement.)
     select o.id, o.organization_id, o.integration_connection_id, o.command_type,
         o.local_entity_type, o.local_entity_id, o.payload_json, o.idempotency_key,
-        o.attempt_count, o.claim_token, o.lease_expires_at, req.lease_until
+        o.attempt_count, o.claim_token, o.lease_expires_at, req.lease_until, o.last_error
     from req
     join external_integration_outbox o
         on o.id = req.id and o.organization_id = req.organization_id
@@ -45,7 +45,7 @@ with req as (
     -- lasts to the end of the push.
     select distinct on (l.claim_token) l.id, l.organization_id, l.integration_connection_id, l.command_type,
         l.local_entity_type, l.local_entity_id, l.payload_json, l.idempotency_key,
-        l.attempt_count, l.claim_token, l.lease_until,
+        l.attempt_count, l.claim_token, l.lease_until, l.last_error,
         l.lease_until is null or l.lease_expires_at >= l.lease_until as covered
     from locked l
     order by l.claim_token

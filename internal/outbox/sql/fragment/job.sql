@@ -7,8 +7,12 @@
 -- earlier claims that no record ended: a push that crashed or ran out of
 -- time; the dispatch run's sweep turns those into history rows) and
 -- whether an operator reran it since (external_integration_rerun_audit).
--- Only a row claimed again after an expired lease (attempt_count above 1)
--- reads the starts: a row's start that no record ended leaves it when the
+-- Only a row tried before reads its history: one claimed again
+-- (attempt_count above 1) or with a last_error (every result of unknown
+-- outcome, expired lease and release writes one, and a rerun keeps it): a
+-- first attempt, the normal path, reads nothing more than before, whatever
+-- the statistics of the history say. Only a row claimed again after an
+-- expired lease (attempt_count above 1) reads the starts: a row's start that no record ended leaves it when the
 -- row is released (release_dead_lettered.sql) or ended
 -- (dead_letter_expired.sql), both writing its history row, so a row
 -- rerun with its attempts reset has none left. The start reads
@@ -33,7 +37,8 @@ from jobs s
 cross join lateral (
     select min(u.started_at) as since from (
         select a.started_at from external_integration_attempts a
-        where a.organization_id = s.organization_id and a.outbox_id = s.id and a.outcome_unknown
+        where (s.attempt_count > 1 or s.last_error is not null)
+          and a.organization_id = s.organization_id and a.outbox_id = s.id and a.outcome_unknown
         union all
         select st.started_at from integration_outbox_starts st
         where s.attempt_count > 1 and st.outbox_id = s.id and st.organization_id = s.organization_id
