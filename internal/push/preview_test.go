@@ -215,6 +215,11 @@ func TestThePreviewShowsTheLookUpFirst(t *testing.T) {
 		ids.CommandID, b.org); err != nil {
 		t.Fatal(err)
 	}
+	// The row as that attempt's record left it.
+	if _, err := b.f.Pool.Exec(ctx, `update external_integration_outbox set status = 'failed', attempt_count = 1,
+		last_error = 'xero: request failed: EOF', next_attempt_at = now() where id = $1`, ids.CommandID); err != nil {
+		t.Fatal(err)
+	}
 	pv, err := b.preview(t, b.org, ids.CommandID)
 	if err != nil {
 		t.Fatal(err)
