@@ -402,7 +402,7 @@ func keysTable(ctx context.Context, url string) error {
 		return errors.New("the enqueue function has no insert where the lever expects it")
 	}
 	fn = fn[:i] + keysTableInsert + fn[j:]
-	for _, stmt := range []string{keysTableSQL, fn} {
+	for _, stmt := range []string{keysTableSQL, fn, "vacuum (analyze) integration_outbox_keys"} {
 		if _, err := c.Exec(ctx, stmt); err != nil {
 			return err
 		}
@@ -420,8 +420,7 @@ create table integration_outbox_keys (
     primary key (organization_id, idempotency_key));
 insert into integration_outbox_keys (organization_id, idempotency_key, outbox_id)
     select organization_id, idempotency_key, id from external_integration_outbox where idempotency_enforced;
-drop index external_integration_outbox_enqueue_key_idx;
-vacuum (analyze) integration_outbox_keys;`
+drop index external_integration_outbox_enqueue_key_idx;`
 
 // keysTableInsert replaces the enqueue's insert of the row: the key first,
 // with a new id; a key already there answers its row, and no row is
