@@ -12,11 +12,12 @@
 -- outcome, expired lease and release writes one, and a rerun keeps it): a
 -- first attempt, the normal path, reads nothing more than before, whatever
 -- the statistics of the history say. Only a row claimed again after an
--- expired lease (attempt_count above 1) reads the starts: a row's start that no record ended leaves it when the
--- row is released (release_dead_lettered.sql) or ended
--- (dead_letter_expired.sql), both writing its history row, so a row
--- rerun with its attempts reset has none left. The start reads
--- the rows it started so, the peek the one row it previews.
+-- expired lease (attempt_count above 1) reads the starts: a row's start
+-- that no record ended leaves the table when the row is released
+-- (release_dead_lettered.sql) or ended (dead_letter_expired.sql), both
+-- writing its history row, so a row rerun with its attempts reset has
+-- none left. The start reads the rows it started so, the peek the one row
+-- it previews.
 --
 -- Stand-in context: jobs.
 
