@@ -80,6 +80,7 @@ func main() {
 	flag.DurationVar(&o.installWindow, "install-window", 10*time.Second, "how long the host's inserts run alone, for the reference")
 	flag.StringVar(&walSizes, "wal-rows", "1000,20000,200000,2000000", "host outbox sizes of the WAL per host insert measurement")
 	flag.IntVar(&o.wal.Inserts, "wal-inserts", 5000, "host inserts per schema in the WAL per host insert measurement")
+	flag.BoolVar(&o.wal.KeysTable, "wal-keys-table", false, "also measure the host's inserts and the enqueue with the enqueue's keys in a narrow table of their own (a lever, as -churn-keys-table)")
 	flag.StringVar(&o.wal.Payload, "wal-payload", "supplier", `the payload of the WAL measurement's host inserts: "supplier" (what the push worker reads of the command) or "order" (a whole purchase order)`)
 	flag.StringVar(&churnSizes, "churn-sizes", "40000,1000000", "starting outbox sizes of the churn run (ours and the legacy worker at each)")
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "enqueues per second in the churn run")

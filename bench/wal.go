@@ -29,7 +29,15 @@ const targetEnqueue = 1.15
 type walSchema struct {
 	Name    string
 	Version int64 // 0: the host's tables only; -1: every migration
+	// Lever, when set, changes the migrated database before the
+	// measurement (a lever, e.g. keysTable); its enqueue's CPU per call is
+	// measured as every migration's is.
+	Lever func(ctx context.Context, url string) error
 }
+
+// walKeysTable is the keys table lever's schema (-wal-keys-table): every
+// migration, then the keys in a table of their own (keysTable).
+var walKeysTable = walSchema{Name: "ours, the keys in a table of their own (a lever)", Version: -1, Lever: keysTable}
 
 // walSchemas are measured side by side: the host alone, our index set before
 // migration 8, before migration 10 (from which the host's own inserts skip
@@ -102,6 +110,8 @@ type walOptions struct {
 	Sizes   []int
 	Inserts int
 	Payload string
+	// KeysTable adds the keys table lever's schema (walKeysTable).
+	KeysTable bool
 }
 
 func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, o walOptions) (out []walRun, err error) {
@@ -118,8 +128,12 @@ func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, o walOptio
 			err = rerr
 		}
 	}()
+	schemas := walSchemas
+	if o.KeysTable {
+		schemas = append(slices.Clip(schemas), walKeysTable)
+	}
 	for _, rowCount := range o.Sizes {
-		for _, s := range walSchemas {
+		for _, s := range schemas {
 			log.Info("measuring WAL per host insert", "schema", s.Name, "rows", rowCount, "inserts", o.Inserts, "payload", o.Payload)
 			r, err := measureWALOnce(ctx, env, s, rowCount, o.Inserts, walPayloads[o.Payload])
 			r.Payload = o.Payload
@@ -208,6 +222,11 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 			return res, err
 		}
 	}
+	if s.Lever != nil {
+		if err := s.Lever(ctx, url); err != nil {
+			return res, fmt.Errorf("the lever: %w", err)
+		}
+	}
 	if _, err := conn.Exec(ctx, `vacuum (analyze) external_integration_outbox`); err != nil {
 		return res, err
 	}
@@ -221,7 +240,7 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 		if res.Enqueue, err = walBatchOf(ctx, conn, enqueueSQL, "enqueue", n, payload); err != nil {
 			return res, fmt.Errorf("enqueues: %w", err)
 		}
-		if s.Name == everyMigration {
+		if s.Name == everyMigration || s.Lever != nil {
 			if res.CPU, err = walCPUOf(ctx, conn, payload); err != nil {
 				return res, fmt.Errorf("server CPU of the inserts and enqueues: %w", err)
 			}
