@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -41,25 +40,31 @@ func (s *Store) ClaimPlan(ctx context.Context, tx pgx.Tx, p ClaimParams, setup b
 
 // statementPlan is the generic plan of sql with args in tx.
 func (s *Store) statementPlan(ctx context.Context, tx pgx.Tx, sql string, args pgx.NamedArgs) (string, error) {
+	return explainPrepared(ctx, tx, sql, args, "format json")
+}
+
+// explainPrepared prepares sql with args in tx and explains its execution
+// with options (its lines joined): the plan the prepared statement runs.
+func explainPrepared(ctx context.Context, tx pgx.Tx, sql string, args pgx.NamedArgs, options string) (string, error) {
 	sql, values, err := args.RewriteQuery(ctx, tx.Conn(), sql, nil)
 	if err != nil {
 		return "", err
 	}
-	if _, err := tx.Exec(ctx, "prepare claim_plan as "+sql); err != nil {
-		return "", fmt.Errorf("preparing the claim: %w", err)
+	if _, err := tx.Exec(ctx, "prepare explained as "+sql); err != nil {
+		return "", fmt.Errorf("preparing the statement: %w", err)
 	}
-	defer tx.Exec(context.WithoutCancel(ctx), "deallocate claim_plan")
-	params := ""
+	defer tx.Exec(context.WithoutCancel(ctx), "deallocate explained")
+	params := make([]string, len(values))
 	for i := range values {
-		if i > 0 {
-			params += ", "
-		}
-		params += fmt.Sprintf("$%d", i+1)
+		params[i] = fmt.Sprintf("$%d", i+1)
 	}
-	var plan string
-	err = tx.QueryRow(ctx, "explain (format json) execute claim_plan("+params+")",
-		append([]any{pgx.QueryExecModeSimpleProtocol}, values...)...).Scan(&plan)
-	return plan, err
+	rows, err := tx.Query(ctx, "explain ("+options+") execute explained("+strings.Join(params, ", ")+")",
+		append([]any{pgx.QueryExecModeSimpleProtocol}, values...)...)
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
 }
 
 // The statements whose plans outbox_test checks.
@@ -77,32 +82,5 @@ func (s *Store) StartPlan(ctx context.Context, tx pgx.Tx, reqs []StartRequest) (
 	if _, err := tx.Exec(ctx, "set local plan_cache_mode = force_generic_plan"); err != nil {
 		return "", err
 	}
-	ids, orgs, tokens, conns, until := make([]string, len(reqs)), make([]string, len(reqs)), make([]string, len(reqs)), make([]*string, len(reqs)), make([]*time.Time, len(reqs))
-	for i, r := range reqs {
-		c := r.ConnectionID
-		ids[i], orgs[i], tokens[i], conns[i] = r.OutboxID, r.OrganizationID, r.ClaimToken, &c
-	}
-	args := pgx.NamedArgs{"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "connection_ids": conns, "lease_until": until}
-	sql, values, err := args.RewriteQuery(ctx, tx.Conn(), start.SQL, nil)
-	if err != nil {
-		return "", err
-	}
-	if _, err := tx.Exec(ctx, "prepare start_plan as "+sql); err != nil {
-		return "", fmt.Errorf("preparing the start: %w", err)
-	}
-	defer tx.Exec(context.WithoutCancel(ctx), "deallocate start_plan")
-	params := ""
-	for i := range values {
-		if i > 0 {
-			params += ", "
-		}
-		params += fmt.Sprintf("$%d", i+1)
-	}
-	rows, err := tx.Query(ctx, "explain (analyze, buffers, costs off) execute start_plan("+params+")",
-		append([]any{pgx.QueryExecModeSimpleProtocol}, values...)...)
-	if err != nil {
-		return "", err
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return strings.Join(lines, "\n"), err
+	return explainPrepared(ctx, tx, start.SQL, startArgs(reqs), "analyze, buffers, costs off")
 }

@@ -569,6 +569,19 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
+	rows, err := s.routines.Query(ctx, s.db, start, startArgs(reqs))
+	if err != nil {
+		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), sqlfile.Wrap("outbox/start", err))
+	}
+	jobs, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), sqlfile.Wrap("outbox/start", err))
+	}
+	return jobs, nil
+}
+
+// startArgs are start.sql's arguments for reqs: one array per field.
+func startArgs(reqs []StartRequest) pgx.NamedArgs {
 	ids := make([]string, len(reqs))
 	orgs := make([]string, len(reqs))
 	tokens := make([]string, len(reqs))
@@ -580,17 +593,7 @@ func (s *Store) Start(ctx context.Context, reqs []StartRequest) ([]Job, error) {
 			until[i] = &r.LeaseUntil
 		}
 	}
-	rows, err := s.routines.Query(ctx, s.db, start, pgx.NamedArgs{
-		"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "connection_ids": conns, "lease_until": until,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), sqlfile.Wrap("outbox/start", err))
-	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
-	if err != nil {
-		return nil, fmt.Errorf("starting %d jobs: %w", len(reqs), sqlfile.Wrap("outbox/start", err))
-	}
-	return jobs, nil
+	return pgx.NamedArgs{"ids": ids, "organization_ids": orgs, "claim_tokens": tokens, "connection_ids": conns, "lease_until": until}
 }
 
 // scanJob reads a row of the start or the peek: the job, then its
