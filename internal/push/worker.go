@@ -603,13 +603,16 @@ func (w *Worker) deliver(ctx context.Context, log jobLogger, job outbox.Job, ld 
 			}
 		}
 		callStart := time.Now()
-		// A call of the push beyond its first (a look-up's create) waits
-		// for its own slot of the connection.
-		gated := provider.WithCallGate(ctx, func(ctx context.Context) error {
-			_, err := w.pace(ctx, p, pconn)
-			return err
-		})
-		res, made, err := w.call(gated, p, pconn, cred, ld.Send)
+		// On a paced connection, a call of the push beyond its first (a
+		// look-up's create) waits for its own slot.
+		callCtx := ctx
+		if paced {
+			callCtx = provider.WithCallGate(ctx, func(ctx context.Context) error {
+				_, err := w.pace(ctx, p, pconn)
+				return err
+			})
+		}
+		res, made, err := w.call(callCtx, p, pconn, cred, ld.Send)
 		*latency += time.Since(callStart)
 		if made && !called {
 			called, first = true, callStart
