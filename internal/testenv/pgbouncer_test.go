@@ -51,8 +51,10 @@ func beginTx(ctx context.Context, t *testing.T, conn *pgx.Conn) pgx.Tx {
 	return tx
 }
 
-func TestPgBouncerPoolsTransactions(t *testing.T) {
-	t.Parallel()
+// startBouncer starts a PostgreSQL server of the test's own and pgbouncer
+// with opts in front of it, both stopped when the test ends.
+func startBouncer(t *testing.T, opts PgBouncerOptions) *PgBouncer {
+	t.Helper()
 	pg, err := StartPostgres()
 	if err != nil {
 		t.Fatalf("starting PostgreSQL: %v", err)
@@ -61,11 +63,17 @@ func TestPgBouncerPoolsTransactions(t *testing.T) {
 	if pg.Port == 0 {
 		t.Skip("TEST_DATABASE_URL is set: pgbouncer needs the test-started server")
 	}
-	bouncer, err := StartPgBouncer(pg, PgBouncerOptions{PoolMode: "transaction", DefaultPoolSize: 2})
+	bouncer, err := StartPgBouncer(pg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(bouncer.Stop)
+	return bouncer
+}
+
+func TestPgBouncerPoolsTransactions(t *testing.T) {
+	t.Parallel()
+	bouncer := startBouncer(t, PgBouncerOptions{PoolMode: "transaction", DefaultPoolSize: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -179,7 +187,7 @@ func TestPgBouncerPoolsTransactions(t *testing.T) {
 	if r.pid != freedPID {
 		t.Fatalf("A's second transaction is on backend %d, want %d, the only free one (%d is held)", r.pid, freedPID, pidA)
 	}
-	_, err = r.tx.Exec(ctx, "execute s1")
+	_, err := r.tx.Exec(ctx, "execute s1")
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "26000" {
 		t.Fatalf("execute s1 on another server: %v, want SQLSTATE 26000 (prepared statement does not exist)", err)
@@ -207,19 +215,7 @@ func TestPgBouncerPoolsTransactions(t *testing.T) {
 // RuntimeParams entry a pgx config may carry.
 func TestPgBouncerRefusesUnknownStartupParameters(t *testing.T) {
 	t.Parallel()
-	pg, err := StartPostgres()
-	if err != nil {
-		t.Fatalf("starting PostgreSQL: %v", err)
-	}
-	t.Cleanup(pg.Stop)
-	if pg.Port == 0 {
-		t.Skip("TEST_DATABASE_URL is set: pgbouncer needs the test-started server")
-	}
-	bouncer, err := StartPgBouncer(pg, PgBouncerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bouncer.Stop)
+	bouncer := startBouncer(t, PgBouncerOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
