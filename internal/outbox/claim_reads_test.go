@@ -50,42 +50,14 @@ func walkEntriesPassedOver(t *testing.T, rows int) float64 {
 		t.Fatal(err)
 	}
 	var passed float64
-	var sum func(node map[string]any)
-	sum = func(node map[string]any) {
-		if node["Index Name"] == "external_integration_outbox_walk_unparked_idx" {
-			removed, _ := node["Rows Removed by Filter"].(float64)
-			loops, _ := node["Actual Loops"].(float64)
-			passed += removed * loops
-		}
-		children, _ := node["Plans"].([]any)
-		for _, c := range children {
-			if m, ok := c.(map[string]any); ok {
-				sum(m)
+	claimPlanNodes(t, f, outbox.ClaimParams{Limit: 50, MaxAttempts: 10, Lease: 15 * time.Minute}, "with recursive budget", 50,
+		func(node map[string]any) {
+			if node["Index Name"] == "external_integration_outbox_walk_unparked_idx" {
+				removed, _ := node["Rows Removed by Filter"].(float64)
+				loops, _ := node["Actual Loops"].(float64)
+				passed += removed * loops
 			}
-		}
-	}
-	rec := &planRecorder{}
-	tx, err := ourPool(t, f, rec).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	claims, err := outbox.NewStore(tx).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute}).Claim(ctx,
-		outbox.ClaimParams{Limit: 50, MaxAttempts: 10, Lease: 15 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plans, errs := rec.take()
-	claimPlans := 0
-	for _, p := range plans {
-		if strings.Contains(p.Query, "with recursive budget") {
-			claimPlans++
-			sum(p.Plan)
-		}
-	}
-	if len(claims) != 50 || claimPlans != 1 || len(errs) != 0 {
-		t.Fatalf("claimed %d rows (want 50); auto_explain reported %d claim statements (want 1); errors %v", len(claims), claimPlans, errs)
-	}
+		})
 	return passed
 }
 
@@ -129,9 +101,7 @@ from generate_series(0, $1::int) g`
 // claim must take want rows, and is rolled back.
 func outboxEntriesRead(t *testing.T, f *testenv.Fixture, p outbox.ClaimParams, marker string, want int) (all, waiting float64) {
 	t.Helper()
-	ctx := context.Background()
-	var sum func(node map[string]any)
-	sum = func(node map[string]any) {
+	claimPlanNodes(t, f, p, marker, want, func(node map[string]any) {
 		if name, _ := node["Index Name"].(string); strings.HasPrefix(name, "external_integration_outbox_") {
 			rows, _ := node["Actual Rows"].(float64)
 			removed, _ := node["Rows Removed by Filter"].(float64)
@@ -141,13 +111,17 @@ func outboxEntriesRead(t *testing.T, f *testenv.Fixture, p outbox.ClaimParams, m
 				waiting += (rows + removed) * loops
 			}
 		}
-		children, _ := node["Plans"].([]any)
-		for _, c := range children {
-			if m, ok := c.(map[string]any); ok {
-				sum(m)
-			}
-		}
-	}
+	})
+	return all, waiting
+}
+
+// claimPlanNodes runs the claim p on f under auto_explain, in a
+// transaction rolled back, and hands visit every node of the plan of the
+// claim statement whose text holds marker; the claim must take want rows
+// and that statement be reported once.
+func claimPlanNodes(t *testing.T, f *testenv.Fixture, p outbox.ClaimParams, marker string, want int, visit func(node map[string]any)) {
+	t.Helper()
+	ctx := context.Background()
 	rec := &planRecorder{}
 	tx, err := ourPool(t, f, rec).Begin(ctx)
 	if err != nil {
@@ -160,17 +134,27 @@ func outboxEntriesRead(t *testing.T, f *testenv.Fixture, p outbox.ClaimParams, m
 	}
 	plans, errs := rec.take()
 	claimPlans := 0
-	for _, p := range plans {
-		if strings.Contains(p.Query, marker) {
+	for _, pl := range plans {
+		if strings.Contains(pl.Query, marker) {
 			claimPlans++
-			sum(p.Plan)
+			walkPlan(pl.Plan, visit)
 		}
 	}
 	if len(claims) != want || claimPlans != 1 || len(errs) != 0 {
 		t.Fatalf("claimed %d rows (want %d); auto_explain reported %d claim statements (want 1); errors %v",
 			len(claims), want, claimPlans, errs)
 	}
-	return all, waiting
+}
+
+// walkPlan hands visit node and every node below it.
+func walkPlan(node map[string]any, visit func(node map[string]any)) {
+	visit(node)
+	children, _ := node["Plans"].([]any)
+	for _, c := range children {
+		if m, ok := c.(map[string]any); ok {
+			walkPlan(m, visit)
+		}
+	}
 }
 
 // parkedFollowersDB is a fresh database with the one-tenant shape of rows

@@ -18,26 +18,23 @@ import (
 // that index under the step, as auto_explain reports it), and how many such
 // statements there were.
 func waitingEntriesReadBy(plans []plannedStatement, marker, cte string) (statements int, waiting float64) {
-	var sum func(node map[string]any, in bool)
-	sum = func(node map[string]any, in bool) {
-		in = in || node["Subplan Name"] == "CTE "+cte
-		if in && node["Index Name"] == "external_integration_outbox_waiting_idx" {
+	count := func(node map[string]any) {
+		if node["Index Name"] == "external_integration_outbox_waiting_idx" {
 			rows, _ := node["Actual Rows"].(float64)
 			removed, _ := node["Rows Removed by Filter"].(float64)
 			loops, _ := node["Actual Loops"].(float64)
 			waiting += (rows + removed) * loops
 		}
-		children, _ := node["Plans"].([]any)
-		for _, c := range children {
-			if m, ok := c.(map[string]any); ok {
-				sum(m, in)
-			}
-		}
 	}
 	for _, p := range plans {
 		if strings.Contains(p.Query, marker) {
 			statements++
-			sum(p.Plan, false)
+			// Only the nodes under the step.
+			walkPlan(p.Plan, func(node map[string]any) {
+				if node["Subplan Name"] == "CTE "+cte {
+					walkPlan(node, count)
+				}
+			})
 		}
 	}
 	return statements, waiting
