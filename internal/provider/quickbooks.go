@@ -134,13 +134,8 @@ func (q qboLedger) findOrders(ctx context.Context, p prepared[QuickBooksConnecti
 	if number == "" {
 		return l, nil
 	}
-	query := "select * from PurchaseOrder where DocNumber = " + quickBooksQuote(number)
-	a, err := q.c.do(ctx, http.MethodGet, p.cfg.url("query", url.Values{"query": {query}}), "apiBaseUrl", q.c.header(p.auth), nil, cred)
+	a, ans, err := q.query(ctx, p, "select * from PurchaseOrder where DocNumber = "+quickBooksQuote(number), "", cred)
 	if err != nil {
-		return lookup{}, err
-	}
-	ans := decodeQBOAnswer(a.body)
-	if err := q.failure(a, ans, cred); err != nil {
 		return lookup{}, err
 	}
 	l.status = a.status
@@ -360,16 +355,35 @@ func (q qboLedger) post(ctx context.Context, cfg QuickBooksConnectionConfig, aut
 	return remembered(a.status, obj.ID, obj.SyncToken, ""), ans, nil
 }
 
+// get reads {apiBaseUrl}/v3/company/{realmId}/{rest} with query v and
+// decodes the answer. A failure's message begins with what, when given.
+func (q qboLedger) get(ctx context.Context, cfg QuickBooksConnectionConfig, auth, rest string, v url.Values, what string,
+	cred credential.Credential) (answer, qboAnswer, error) {
+	a, err := q.c.do(ctx, http.MethodGet, cfg.url(rest, v), "apiBaseUrl", q.c.header(auth), nil, cred)
+	if err != nil {
+		return a, qboAnswer{}, err
+	}
+	ans := decodeQBOAnswer(a.body)
+	if ferr := q.failure(a, ans, cred); ferr != nil {
+		if what != "" {
+			ferr.Message = what + ": " + ferr.Message
+		}
+		return a, ans, ferr
+	}
+	return a, ans, nil
+}
+
+// query runs a statement of QuickBooks' query language (get of "query").
+func (q qboLedger) query(ctx context.Context, p prepared[QuickBooksConnectionConfig], statement, what string,
+	cred credential.Credential) (answer, qboAnswer, error) {
+	return q.get(ctx, p.cfg, p.auth, "query", url.Values{"query": {statement}}, what, cred)
+}
+
 // syncToken reads the current SyncToken of entity id.
 func (q qboLedger) syncToken(ctx context.Context, cfg QuickBooksConnectionConfig, auth string, entity qboEntity, id string,
 	cred credential.Credential) (string, error) {
-	a, err := q.c.do(ctx, http.MethodGet, cfg.url(entity.path+"/"+url.PathEscape(id), url.Values{}), "apiBaseUrl", q.c.header(auth), nil, cred)
+	a, ans, err := q.get(ctx, cfg, auth, entity.path+"/"+url.PathEscape(id), url.Values{}, "reading the "+entity.label+"'s SyncToken", cred)
 	if err != nil {
-		return "", err
-	}
-	ans := decodeQBOAnswer(a.body)
-	if err := q.failure(a, ans, cred); err != nil {
-		err.Message = "reading the " + entity.label + "'s SyncToken: " + err.Message
 		return "", err
 	}
 	if obj := ans.object(entity); obj != nil && obj.SyncToken != "" {

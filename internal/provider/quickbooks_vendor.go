@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strings"
 	"unicode/utf8"
 
@@ -138,15 +136,9 @@ func errorStatus(err error) int {
 // answers it as the supplier's. None found (the name may be a customer's
 // or an employee's) is a permanent refusal that says so.
 func (q qboLedger) link(ctx context.Context, p prepared[QuickBooksConnectionConfig], s Supplier, cred credential.Credential) (Result, error) {
-	cfg, auth := p.cfg, p.auth
-	query := "select * from Vendor where DisplayName = " + quickBooksQuote(s.Name)
-	a, err := q.c.do(ctx, http.MethodGet, cfg.url("query", url.Values{"query": {query}}), "apiBaseUrl", q.c.header(auth), nil, cred)
+	a, ans, err := q.query(ctx, p, "select * from Vendor where DisplayName = "+quickBooksQuote(s.Name),
+		"finding the vendor of the supplier's name", cred)
 	if err != nil {
-		return Result{}, err
-	}
-	ans := decodeQBOAnswer(a.body)
-	if err := q.failure(a, ans, cred); err != nil {
-		err.Message = "finding the vendor of the supplier's name: " + err.Message
 		return Result{}, err
 	}
 	if ans.QueryResponse != nil {
