@@ -44,13 +44,11 @@ const (
 	// our pipeline costs the server beside the legacy worker's when the
 	// host's write is the same.
 	churnPlainInsert = "ours, the host's plain insert (a lever)"
-	// churnKeysTable is a lever: ours, the enqueue's keys kept in a narrow
-	// table of their own (integration_outbox_keys, written once by the
-	// enqueue) instead of the unique index on the host's outbox, which
-	// every non-HOT update of an enqueued row (its claim, its record)
-	// writes again. A prototype on the bench's copy only (keysTableSQL):
-	// no migration builds it.
-	churnKeysTable = "ours, the keys in a table of their own (a lever)"
+	// churnKeyIndex is a lever: ours, with the enqueue keeping its keys in
+	// the outbox's unique key index as before migration 25 (keyIndexBody),
+	// which every non-HOT update of an enqueued row (its claim, its record)
+	// writes again: the build before, in the same run.
+	churnKeyIndex = "ours, the key index as before migration 25 (a lever)"
 )
 
 // churnLevers are the churn's optional variants beside ours and the legacy
@@ -58,7 +56,7 @@ const (
 type churnLevers struct {
 	Fillfactor  int  // ours with the outbox's fillfactor set (0: not run)
 	PlainInsert bool // ours with the host's plain INSERT (churnPlainInsert)
-	KeysTable   bool // ours with the keys in a table of their own (churnKeysTable)
+	KeyIndex    bool // ours with the key index as before migration 25 (churnKeyIndex)
 }
 
 // The legacy host and worker's statements on the churn (the legacy worker's
@@ -353,13 +351,13 @@ func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders int,
 			return dbs, err
 		}
 	}
-	if levers.KeysTable {
-		url, err := clone(churnKeysTable, "keys_table")
+	if levers.KeyIndex {
+		url, err := clone(churnKeyIndex, "key_index")
 		if err != nil {
 			return dbs, err
 		}
-		if err := keysTable(ctx, url); err != nil {
-			return dbs, fmt.Errorf("the keys table lever: %w", err)
+		if err := keyIndexBody(ctx, url); err != nil {
+			return dbs, fmt.Errorf("the key index lever: %w", err)
 		}
 	}
 	if levers.Fillfactor == 0 {
@@ -381,66 +379,23 @@ func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders int,
 	return dbs, err
 }
 
-// keysTable makes the database at url the keys table lever's: the table,
-// the enqueued rows' keys copied into it, the outbox's unique key index
-// dropped, and integration_outbox_enqueue inserting the key first (the
-// row's id with it) and the row only when the key was new.
-func keysTable(ctx context.Context, url string) error {
+// keyIndexBody makes the database at url the key index lever's: the
+// enqueue function as migrations 2 to 22 apply it (its rows in the outbox's
+// unique key index), in place of migration 25's.
+func keyIndexBody(ctx context.Context, url string) error {
 	c, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer c.Close(context.WithoutCancel(ctx))
 	fn, err := migrations.EnqueueSQL(migrations.EnqueueNames{Outbox: "public.external_integration_outbox",
-		Connections: "public.integration_connections", Schema: "public"})
+		Connections: "public.integration_connections", Schema: "public", KeyIndex: true})
 	if err != nil {
 		return err
 	}
-	const insertAt, endAt = "    insert into public.external_integration_outbox (", "    return v_id;\nend"
-	i, j := strings.Index(fn, insertAt), strings.Index(fn, endAt)
-	if i < 0 || j < i {
-		return errors.New("the enqueue function has no insert where the lever expects it")
-	}
-	fn = fn[:i] + keysTableInsert + fn[j:]
-	for _, stmt := range []string{keysTableSQL, fn, "vacuum (analyze) integration_outbox_keys"} {
-		if _, err := c.Exec(ctx, stmt); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = c.Exec(ctx, fn)
+	return err
 }
-
-// keysTableSQL is the keys table lever's table, filled from the enqueued
-// rows, and the outbox's key index gone.
-const keysTableSQL = `
-create table integration_outbox_keys (
-    organization_id uuid not null,
-    idempotency_key text not null,
-    outbox_id uuid not null,
-    primary key (organization_id, idempotency_key));
-insert into integration_outbox_keys (organization_id, idempotency_key, outbox_id)
-    select organization_id, idempotency_key, id from external_integration_outbox where idempotency_enforced;
-drop index external_integration_outbox_enqueue_key_idx;`
-
-// keysTableInsert replaces the enqueue's insert of the row: the key first,
-// with a new id; a key already there answers its row, and no row is
-// inserted.
-const keysTableInsert = `    insert into public.integration_outbox_keys (organization_id, idempotency_key, outbox_id)
-    values (p_organization_id, p_key, gen_random_uuid())
-    on conflict do nothing
-    returning outbox_id into v_id;
-    if v_id is null then
-        select k.outbox_id into v_id from public.integration_outbox_keys k
-        where k.organization_id = p_organization_id and k.idempotency_key = p_key;
-        return v_id;
-    end if;
-    insert into public.external_integration_outbox (id, organization_id, integration_connection_id, provider, command_type,
-        local_entity_type, local_entity_id, payload_json, idempotency_key, idempotency_enforced,
-        status, attempt_count, next_attempt_at, created_at)
-    values (v_id, p_organization_id, p_connection_id, v_provider, p_command_type,
-        p_entity_type, p_entity_id, p_payload, p_key, true,
-        'queued', 0, now(), v_created_at);
-`
 
 // churnFillfactor names the fillfactor lever's variant: ours, with the
 // outbox's fillfactor set to f.
@@ -553,8 +508,8 @@ func measureChurn(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []
 			if levers.PlainInsert {
 				variants = append(variants, churnPlainInsert)
 			}
-			if levers.KeysTable {
-				variants = append(variants, churnKeysTable)
+			if levers.KeyIndex {
+				variants = append(variants, churnKeyIndex)
 			}
 			if levers.Fillfactor != 0 {
 				variants = append(variants, churnFillfactor(levers.Fillfactor))

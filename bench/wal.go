@@ -30,14 +30,15 @@ type walSchema struct {
 	Name    string
 	Version int64 // 0: the host's tables only; -1: every migration
 	// Lever, when set, changes the migrated database before the
-	// measurement (a lever, e.g. keysTable); its enqueue's CPU per call is
+	// measurement (a lever, e.g. keyIndexBody); its enqueue's CPU per call is
 	// measured as every migration's is.
 	Lever func(ctx context.Context, url string) error
 }
 
-// walKeysTable is the keys table lever's schema (-wal-keys-table): every
-// migration, then the keys in a table of their own (keysTable).
-var walKeysTable = walSchema{Name: "ours, the keys in a table of their own (a lever)", Version: -1, Lever: keysTable}
+// walKeyIndex is the key index lever's schema (-wal-key-index): every
+// migration, then the enqueue keeping its keys in the key index as before
+// migration 25 (keyIndexBody).
+var walKeyIndex = walSchema{Name: "ours, the key index as before migration 25 (a lever)", Version: -1, Lever: keyIndexBody}
 
 // walSchemas are measured side by side: the host alone, our index set before
 // migration 8, before migration 10 (from which the host's own inserts skip
@@ -110,8 +111,8 @@ type walOptions struct {
 	Sizes   []int
 	Inserts int
 	Payload string
-	// KeysTable adds the keys table lever's schema (walKeysTable).
-	KeysTable bool
+	// KeyIndex adds the key index lever's schema (walKeyIndex).
+	KeyIndex bool
 }
 
 func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, o walOptions) (out []walRun, err error) {
@@ -129,8 +130,8 @@ func measureWAL(ctx context.Context, log *slog.Logger, env *benchEnv, o walOptio
 		}
 	}()
 	schemas := walSchemas
-	if o.KeysTable {
-		schemas = append(slices.Clip(schemas), walKeysTable)
+	if o.KeyIndex {
+		schemas = append(slices.Clip(schemas), walKeyIndex)
 	}
 	for _, rowCount := range o.Sizes {
 		for _, s := range schemas {

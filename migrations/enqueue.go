@@ -27,6 +27,10 @@ var enqueueTemplate = template.Must(template.New("enqueue").Option("missingkey=e
 type EnqueueNames struct {
 	Outbox, Connections string // the host's tables, as the search_path finds them
 	Schema              string // where the functions are created: the first schema of the search_path
+	// KeyIndex: the function's rows are kept unique by the key index
+	// (idempotency_enforced true), as before migration 25; else by their
+	// id alone, which needs the outbox's id unique (keyIDUnique).
+	KeyIndex bool
 }
 
 // EnqueueSQL is Enqueue with names filled in.
@@ -47,30 +51,48 @@ select coalesce((select format('%I.%I', n.nspname, c.relname) from pg_class c
         join pg_namespace n on n.oid = c.relnamespace where c.oid = to_regclass('integration_connections')), ''),
     coalesce(quote_ident(current_schema()), '')`
 
-// applyEnqueue is the up step of a migration that changed the enqueue
-// function: it applies Enqueue, its names read in the migration's
-// transaction. Earlier bodies are not kept anywhere, so no down step puts
-// one back; each leaves the functions as they are (Enqueue works at the
-// version it goes down to), and migration 2's drops them.
+// readEnqueueNames reads EnqueueNames in q, as its search_path finds them.
+func readEnqueueNames(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (EnqueueNames, error) {
+	var n EnqueueNames
+	if err := q.QueryRowContext(ctx, enqueueNamesSQL).Scan(&n.Outbox, &n.Connections, &n.Schema); err != nil {
+		return n, fmt.Errorf("reading where the host's tables are: %w", err)
+	}
+	switch {
+	case n.Outbox == "":
+		return n, fmt.Errorf("the host table external_integration_outbox does not exist in the search_path schema")
+	case n.Connections == "":
+		return n, fmt.Errorf("the host table integration_connections does not exist in the search_path schema")
+	case n.Schema == "":
+		return n, fmt.Errorf("no schema of the search_path exists to create the enqueue functions in")
+	}
+	return n, nil
+}
+
+// applyEnqueueTx applies Enqueue with n's names in tx.
+func applyEnqueueTx(ctx context.Context, tx *sql.Tx, n EnqueueNames) error {
+	stmts, err := EnqueueSQL(n)
+	if err != nil {
+		return err
+	}
+	return execOwn(ctx, tx, stmts)
+}
+
+// applyEnqueue is the up step of a migration up to 22 that changed the
+// enqueue function: it applies Enqueue with the key index (KeyIndex), its
+// names read in the migration's transaction. Earlier bodies are not kept
+// anywhere, so no down step puts one back; each leaves the functions as they
+// are (Enqueue works at the version it goes down to), and migration 2's
+// drops them. Migration 25 applies Enqueue without the key index.
 func applyEnqueue() *goose.GoFunc {
 	return &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
-		var n EnqueueNames
-		if err := tx.QueryRowContext(ctx, enqueueNamesSQL).Scan(&n.Outbox, &n.Connections, &n.Schema); err != nil {
-			return fmt.Errorf("reading where the host's tables are: %w", err)
-		}
-		switch {
-		case n.Outbox == "":
-			return fmt.Errorf("the host table external_integration_outbox does not exist in the search_path schema")
-		case n.Connections == "":
-			return fmt.Errorf("the host table integration_connections does not exist in the search_path schema")
-		case n.Schema == "":
-			return fmt.Errorf("no schema of the search_path exists to create the enqueue functions in")
-		}
-		stmts, err := EnqueueSQL(n)
+		n, err := readEnqueueNames(ctx, tx)
 		if err != nil {
 			return err
 		}
-		return execOwn(ctx, tx, stmts)
+		n.KeyIndex = true
+		return applyEnqueueTx(ctx, tx, n)
 	}}
 }
 

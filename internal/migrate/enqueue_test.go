@@ -2,6 +2,8 @@ package migrate_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -83,7 +85,8 @@ func TestEnqueueInsertsQueuedRowDueNowWithTheConnectionsProvider(t *testing.T) {
 	var (
 		org, conn, provider, command, entityType, entityID, payload, key, status string
 		attempts                                                                 int
-		due, enforced                                                            bool
+		due                                                                      bool
+		enforced                                                                 *bool
 	)
 	err := b.f.Pool.QueryRow(context.Background(), `
 		select organization_id::text, integration_connection_id::text, provider, command_type, local_entity_type,
@@ -97,10 +100,34 @@ func TestEnqueueInsertsQueuedRowDueNowWithTheConnectionsProvider(t *testing.T) {
 	}
 	if org != b.org || conn != b.conn || provider != "webhook" || command != "push_purchase_order" ||
 		entityType != "purchase_order" || entityID != b.po || payload != `{"externalSupplierId": "SUP-1"}` ||
-		key != "po-approved-1" || status != "queued" || attempts != 0 || !due || !enforced {
+		key != "po-approved-1" || status != "queued" || attempts != 0 || !due || enforced != nil {
 		t.Errorf("row: org=%s conn=%s provider=%s command=%s entity=%s/%s payload=%s key=%s status=%s attempts=%d due=%v enforced=%v",
 			org, conn, provider, command, entityType, entityID, payload, key, status, attempts, due, enforced)
 	}
+	// The row's id is its key's: the outbox's primary key keeps the key
+	// unique, and the row is in neither key index.
+	if want := keyID(b.org, "po-approved-1"); id != want {
+		t.Errorf("the row's id is %s, want the key's %s", id, want)
+	}
+	if n := b.f.Count(t, `select count(*) from external_integration_outbox
+		where organization_id = $1 and idempotency_key = $2 and idempotency_enforced is not null`, b.org, "po-approved-1"); n != 0 {
+		t.Errorf("the row is in a key index (idempotency_enforced not NULL)")
+	}
+}
+
+// keyID is integration_outbox_key_id worked out here: the first 16 bytes of
+// SHA-256 over the organization's 16 bytes and the key's UTF-8, as a UUID
+// with its version nibble and its variant nibble 8.
+func keyID(org, key string) string {
+	u, err := hex.DecodeString(strings.ReplaceAll(org, "-", ""))
+	if err != nil || len(u) != 16 {
+		panic(fmt.Sprintf("organization %q is not a UUID", org))
+	}
+	sum := sha256.Sum256(append(u, key...))
+	sum[6] = sum[6]&0x0f | 0x80
+	sum[8] = sum[8]&0x0f | 0x80
+	h := hex.EncodeToString(sum[:16])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 func TestEnqueueRefusesBadArgumentsNamingThem(t *testing.T) {
@@ -280,8 +307,10 @@ func TestEnqueueConcurrentSameKeyWaitsForTheFirstTransaction(t *testing.T) {
 			if outcome == "commit" && id != firstID {
 				t.Errorf("second enqueue returned %s, want the committed %s", id, firstID)
 			}
-			if outcome == "rollback" && (id == firstID || id == "") {
-				t.Errorf("second enqueue returned %q after the first rolled back, want a new row", id)
+			// After a rollback the second inserts the row: the same id, the
+			// key's, now its own.
+			if outcome == "rollback" && id != firstID {
+				t.Errorf("second enqueue returned %q after the first rolled back, want its own row of the key's id %s", id, firstID)
 			}
 			if n := b.f.Count(t, `select count(*) from external_integration_outbox where idempotency_key = 'po-race'`); n != 1 {
 				t.Errorf("%d rows with the key, want 1", n)

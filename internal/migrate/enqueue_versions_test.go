@@ -12,14 +12,16 @@ import (
 	"integration-outbox/internal/migrate"
 )
 
-// Migrations 2, 6, 9 and 12 all apply the enqueue function's one definition
-// (migrations/enqueue), and no down step puts an earlier body back: the
+// Migrations 2, 6, 9, 12, 22 and 25 all apply the enqueue function's one
+// definition (migrations/enqueue; 25 without the key index, which its down
+// step puts back), and no down step puts an earlier body back: the
 // definition must work at every version from 2 on, the way up (a live
 // upgrade, the bench's schemas stopped at 7, 9 and 10) and the way down. At
 // each version: a new key inserts, the same key returns that row, a key of
 // the host's own row from before the install returns the host's row, a key
 // the worker cannot send is refused, and two calls in one transaction read
-// created_at in call order. Down to 1, the functions are gone.
+// created_at in call order; on the way down, a key enqueued at the latest
+// version returns its row. Down to 1, the functions are gone.
 func TestEnqueueWorksAtEveryVersionFromMigration2(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -76,12 +78,22 @@ func TestEnqueueWorksAtEveryVersionFromMigration2(t *testing.T) {
 		}
 		check("up", v)
 	}
+	// A key enqueued at the latest version (kept unique by its id alone)
+	// returns its row at every version on the way down.
+	latestRow := mustEnqueue(t, conn, args("at-latest"))
 	for v := latest - 1; v >= 2; v-- {
 		downTo(t, url, v)
 		check("down", v)
+		if got, err := enqueue(ctx, conn, args("at-latest")); err != nil || got != latestRow {
+			t.Errorf("down to %d: the key enqueued at %d: %s %v, want its row %s", v, latest, got, err, latestRow)
+		}
+	}
+	if n := countRowsConn(t, conn, `select count(*) from external_integration_outbox where idempotency_key = 'at-latest'`); n != 1 {
+		t.Errorf("%d rows hold the key enqueued at %d, want 1", n, latest)
 	}
 	downTo(t, url, 1)
-	if n := countRowsConn(t, conn, `select count(*) from pg_proc where proname like 'integration_outbox_enqueue%'`); n != 0 {
+	if n := countRowsConn(t, conn, `select count(*) from pg_proc where proname like 'integration_outbox_%' and proname in
+		('integration_outbox_enqueue', 'integration_outbox_enqueue_existing', 'integration_outbox_key_id')`); n != 0 {
 		t.Errorf("down to 1 left %d enqueue functions", n)
 	}
 }

@@ -50,6 +50,10 @@ type Config struct {
 	// Version, when set, is the last migration UpWith applies (a benchmark
 	// of an earlier schema); one already applied after it stays applied.
 	Version int64
+	// EnqueueSwitchWait bounds migration 25's wait for the calls of the
+	// enqueue function's earlier body (default
+	// migrations.DefaultEnqueueSwitchWait).
+	EnqueueSwitchWait time.Duration
 }
 
 // Up creates the host tables that are missing, then applies every pending
@@ -67,6 +71,7 @@ func Down(ctx context.Context, databaseURL string) error {
 // UpWith is Up with cfg.
 func UpWith(ctx context.Context, databaseURL string, cfg Config) error {
 	return run(ctx, databaseURL, cfg, true, func(s session) error {
+		ctx := migrations.WithOptions(ctx, migrations.Options{EnqueueSwitchWait: cfg.EnqueueSwitchWait, Log: s.log})
 		current, err := s.provider.GetDBVersion(ctx)
 		if err != nil {
 			return fmt.Errorf("reading the schema version: %w", err)

@@ -1,26 +1,29 @@
 -- integration_outbox_enqueue, the producers' way into the outbox
--- (docs/producers.md), and integration_outbox_enqueue_existing: their one
--- definition (create or replace).
+-- (docs/producers.md), and integration_outbox_enqueue_existing and
+-- integration_outbox_key_id, which it calls: their one definition (create or
+-- replace).
 --
--- Migrations 2, 6, 9, 12 and 22 each apply this file (migrations/00002_enqueue.go
--- and the four after it): a fresh install gets it at migration 2; an
--- install at an older version, whose function is an earlier body, gets it at
--- the first of 6, 9, 12 and 22 it has not run yet. Their down steps leave the
--- functions as they are; only migration 2's drops them. So this file must
--- work at every schema version from 2 on, in the middle of a live upgrade
--- too, while the host calls the function: it may use the host's tables and
--- what migration 2 adds (idempotency_enforced and the two key indexes,
--- declared in internal/migrate/hostobjects.go), never an object of a later
--- migration (plpgsql checks names only when a call runs). A change to it is
--- a new migration that applies this file again, as 22 does, which brings
--- installed databases to it. The test that calls it at every version:
--- TestEnqueueWorksAtEveryVersionFromMigration2 (internal/migrate).
+-- Migrations 2, 6, 9, 12, 22 and 25 each apply this file
+-- (migrations/00002_enqueue.go and the five after it): a fresh install gets
+-- it at migration 2; an install at an older version, whose function is an
+-- earlier body, gets it at the first of 6, 9, 12 and 22 it has not run yet.
+-- Their down steps leave the functions as they are; only migration 2's drops
+-- them. So this file must work at every schema version from 2 on, in the
+-- middle of a live upgrade too, while the host calls the function: it may use
+-- the host's tables and what migration 2 adds (idempotency_enforced and the
+-- two key indexes, declared in internal/migrate/hostobjects.go), never an
+-- object of a later migration (plpgsql checks names only when a call runs). A
+-- change to it is a new migration that applies this file again, as 22 and 25
+-- do, which brings installed databases to it. The test that calls it at every
+-- version: TestEnqueueWorksAtEveryVersionFromMigration2 (internal/migrate).
 --
 -- What each of those migrations changed: 2 made the function; 6 gave it the
 -- worker's key rule; 9 made a new key cost one probe; 12 made the commands
 -- enqueued in one transaction read created_at in the order of the calls; 22
 -- made a call cheaper for the host's server (the names below, one pattern
--- for the key, the connection and the key probed in one statement).
+-- for the key, the connection and the key probed in one statement); 25 made
+-- the row's id the key's (integration_outbox_key_id), so the outbox's primary
+-- key keeps the key unique and the row enters no key index.
 --
 -- The names in double braces are filled in when a migration applies the
 -- file (migrations/enqueue.go): {{.Outbox}} and {{.Connections}} are the
@@ -31,17 +34,50 @@
 -- restored the caller's search_path.
 --
 -- Idempotency on (organization_id, idempotency_key) without touching what the
--- host table already holds: existing rows may repeat a key, so a unique index
--- over every row could fail to build. Instead the rows this function inserts
--- carry idempotency_enforced = true and only those are unique (a partial unique
--- index, empty when it is built). Adding the column is a catalog change only
--- (a constant default needs no table rewrite since PostgreSQL 11): existing rows
--- read false and stay as they are, and the host's own inserts are unaffected.
--- Rows with idempotency_enforced = false (the host's older or direct inserts)
--- are still honoured: the function returns the oldest row with the key.
+-- host table already holds: existing rows may repeat a key, so nothing unique
+-- over every row's key could be built. A row the function inserts has as its
+-- id integration_outbox_key_id(organization_id, idempotency_key), a digest of
+-- the two, and one of two things keeps it unique, chosen by the migration
+-- that applies the file (EnqueueNames.KeyIndex, migrations/enqueue.go):
+--
+-- - the key index (KeyIndex; migrations 2 to 22, and 25 where the outbox's id
+--   has no unique index): the row carries idempotency_enforced = true, and
+--   only those rows are in a partial unique index on the key (empty when it
+--   is built). Adding the column is a catalog change only (a constant default
+--   needs no table rewrite since PostgreSQL 11): existing rows read false and
+--   stay as they are.
+-- - the id (migration 25, where the outbox's id is unique, as a primary key
+--   is): the row leaves idempotency_enforced to its default (NULL from
+--   migration 10; false before, after a down step) and enters no key index,
+--   so neither its insert nor any later update of the row (the claim, the
+--   record) writes a key entry. A second call derives the same id and
+--   conflicts with the first row on the outbox's own unique index.
+--
+-- A row of either way conflicts with one of the other on its id, so the two
+-- bodies may run side by side; a body from before migration 25 (a random id)
+-- may not run beside the second, and migration 25 waits for its calls to end
+-- before it applies the second (migrations/00025_enqueue_key_in_the_id.go).
+-- Rows with idempotency_enforced = false (the host's rows from before
+-- migration 10) and the key index's rows (the function's before migration
+-- 25) are still honoured: the function returns the oldest row with the key.
+
+-- The id of the row the function inserts for a key: the first 128 bits of
+-- SHA-256 over the organization's 16 bytes and the key's UTF-8, marked as a
+-- UUID of version 8 (the nibbles at 13 and 17 set to 8), so it never equals
+-- a random (version 4) id. Stable, not immutable, as convert_to is.
+create or replace function {{.Schema}}.integration_outbox_key_id(organization_id uuid, idempotency_key text)
+returns uuid
+language sql
+stable
+parallel safe
+as $fn$
+    select overlay(overlay(left(encode(sha256(uuid_send($1) || convert_to($2, 'UTF8')), 'hex'), 32)
+        placing '8' from 13) placing '8' from 17)::uuid
+$fn$;
 
 -- The oldest row holding the key (created_at, then id): the one the first
--- enqueue returned when the host's table already repeats a key.
+-- enqueue returned when the host's table already repeats a key. The row the
+-- function inserted under either way is one of the last two branches.
 create or replace function {{.Schema}}.integration_outbox_enqueue_existing(organization_id uuid, idempotency_key text)
 returns uuid
 language sql
@@ -54,6 +90,10 @@ as $fn$
         select o.id, o.created_at from {{.Outbox}} o
         where o.organization_id = $1 and o.idempotency_key = $2 and not o.idempotency_enforced
           and o.idempotency_key is not null
+        union all
+        select o.id, o.created_at from {{.Outbox}} o
+        where o.id = {{.Schema}}.integration_outbox_key_id($1, $2)
+          and o.organization_id = $1 and o.idempotency_key = $2
     ) keyed
     order by created_at, id
     limit 1
@@ -86,9 +126,10 @@ declare
     p_key alias for $7;
     v_provider text;
     v_id uuid;
+    v_inserted uuid;
     v_created_at timestamptz;
     v_previous text;
-    v_host_key boolean;
+    v_held boolean;
 begin
     if p_organization_id is null then
         raise exception 'integration_outbox_enqueue: organization_id must not be null'
@@ -145,22 +186,27 @@ begin
 
     -- A missing connection and another organization's read the same, so the
     -- error tells nothing about other tenants. Most keys are new: the same
-    -- statement probes only the host's own keyed rows (their index), and the
-    -- insert below lets the unique index answer for the keys this function
-    -- inserted before. Only a key the host's rows carry, or a repeated one,
-    -- costs the full look-up.
+    -- statement probes the indexes of the keys the function's id does not
+    -- hold (the host's own keyed rows{{if not .KeyIndex}}, and the function's rows from before
+    -- migration 25{{end}}), and the insert below lets {{if .KeyIndex}}the unique indexes{{else}}the id's unique index{{end}} answer
+    -- for the keys this function inserted {{if .KeyIndex}}before{{else}}since{{end}}. Only a key the host's rows
+    -- carry, or a repeated one, costs the full look-up.
     select c.provider, exists (
             select from {{.Outbox}} o
             where o.organization_id = p_organization_id and o.idempotency_key = p_key
-              and not o.idempotency_enforced and o.idempotency_key is not null)
-        into v_provider, v_host_key
+              and not o.idempotency_enforced and o.idempotency_key is not null){{if not .KeyIndex}}
+        or exists (
+            select from {{.Outbox}} o
+            where o.organization_id = p_organization_id and o.idempotency_key = p_key
+              and o.idempotency_enforced){{end}}
+        into v_provider, v_held
     from {{.Connections}} c
     where c.id = p_connection_id and c.organization_id = p_organization_id;
     if not found then
         raise exception 'integration_outbox_enqueue: integration_connection_id % is not a connection of organization %',
                 p_connection_id, p_organization_id
             using errcode = 'foreign_key_violation', column = 'integration_connection_id';
-    elsif v_host_key then
+    elsif v_held then
         return {{.Schema}}.integration_outbox_enqueue_existing(p_organization_id, p_key);
     end if;
 
@@ -176,24 +222,32 @@ begin
     -- An assignment, not a PERFORM: a plain expression skips the executor.
     v_previous := set_config('integration_outbox.enqueued_at', v_created_at::text, true);
 
-    -- A concurrent call with the same key waits here on the unique index until
-    -- the first transaction ends: after a commit it inserts nothing (and, under
-    -- REPEATABLE READ or SERIALIZABLE, whose snapshot cannot see that row,
-    -- PostgreSQL raises serialization_failure 40001: retry the transaction);
-    -- after a rollback it inserts.
-    insert into {{.Outbox}} (organization_id, integration_connection_id, provider, command_type,
-        local_entity_type, local_entity_id, payload_json, idempotency_key, idempotency_enforced,
+    -- A concurrent call with the same key waits here on {{if .KeyIndex}}a{{else}}the id's{{end}} unique index
+    -- until the first transaction ends: after a commit it inserts nothing
+    -- (and, under REPEATABLE READ or SERIALIZABLE, whose snapshot cannot see
+    -- that row, PostgreSQL raises serialization_failure 40001: retry the
+    -- transaction); after a rollback it inserts.
+    v_id := {{.Schema}}.integration_outbox_key_id(p_organization_id, p_key);
+    insert into {{.Outbox}} (id, organization_id, integration_connection_id, provider, command_type,
+        local_entity_type, local_entity_id, payload_json, idempotency_key,{{if .KeyIndex}} idempotency_enforced,{{end}}
         status, attempt_count, next_attempt_at, created_at)
-    values (p_organization_id, p_connection_id, v_provider, p_command_type,
-        p_entity_type, p_entity_id, p_payload, p_key, true,
+    values (v_id, p_organization_id, p_connection_id, v_provider, p_command_type,
+        p_entity_type, p_entity_id, p_payload, p_key,{{if .KeyIndex}} true,{{end}}
         'queued', 0, now(), v_created_at)
-    on conflict (organization_id, idempotency_key) where idempotency_enforced do nothing
-    returning id into v_id;
-    if v_id is null then
+    on conflict {{if not .KeyIndex}}(id) {{end}}do nothing
+    returning id into v_inserted;
+    if v_inserted is null then
         -- A new statement, so a new snapshot under READ COMMITTED: it sees the
         -- row the other transaction committed.
-        v_id := {{.Schema}}.integration_outbox_enqueue_existing(p_organization_id, p_key);
+        v_inserted := {{.Schema}}.integration_outbox_enqueue_existing(p_organization_id, p_key);
+        if v_inserted is null then
+            -- The id is another key's (the host changed that row's key or
+            -- organization), or the row went between the two statements.
+            raise exception 'integration_outbox_enqueue: the id % of idempotency_key % is held by a row of another key, or its row was deleted meanwhile',
+                    v_id, p_key
+                using errcode = 'unique_violation', column = 'idempotency_key';
+        end if;
     end if;
-    return v_id;
+    return v_inserted;
 end
 $fn$;

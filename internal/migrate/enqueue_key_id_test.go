@@ -1,0 +1,262 @@
+package migrate_test
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"integration-outbox/internal/migrate"
+)
+
+// enqueueBefore25 is the enqueue function's file as migrations 2 to 22
+// applied it before migration 25 (rows of a random id, kept unique by the
+// key index alone): the body every install at 22 to 24 runs when it
+// upgrades.
+//
+//go:embed testdata/enqueue-before-25.sql
+var enqueueBefore25 string
+
+// installEnqueueBefore25 puts that body in place, as an install at 24 had it.
+func installEnqueueBefore25(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	body := strings.NewReplacer("{{.Outbox}}", "public.external_integration_outbox",
+		"{{.Connections}}", "public.integration_connections", "{{.Schema}}", "public").Replace(enqueueBefore25)
+	if _, err := conn.Exec(context.Background(), body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keepsKeysByID says whether the installed function keeps keys by id alone
+// (migration 25's body) rather than in the key index.
+func keepsKeysByID(t *testing.T, conn *pgx.Conn) bool {
+	t.Helper()
+	var byID bool
+	if err := conn.QueryRow(context.Background(), `select prosrc like '%on conflict (id) do nothing%' from pg_proc
+		where proname = 'integration_outbox_enqueue'`).Scan(&byID); err != nil {
+		t.Fatal(err)
+	}
+	return byID
+}
+
+// An install upgraded while the host calls the function: a transaction
+// still running the earlier body (a random id, the key index) when migration
+// 25 starts enqueues a key, and a later call enqueues the same key before it
+// commits. The migration waits for that transaction before the function
+// stops writing the key index, so the later call waits for it on the key
+// index and returns its row: one row. Without the wait (the function keeping
+// keys by id at once) the later call inserted a second row.
+func TestMigration25WaitsForTheEarlierBodysCallsBeforeItStopsWritingTheKeyIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := freshDB(t)
+	if err := migrate.UpWith(ctx, url, migrate.Config{Version: 24}); err != nil {
+		t.Fatal(err)
+	}
+	installEnqueueBefore25(t, conn)
+	org := "6f1a4c1e-0000-4000-8000-0000000000f1"
+	_, args := webhookConnection(t, conn, org)
+
+	early, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Close(ctx)
+	earlyTx, err := early.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer earlyTx.Rollback(ctx)
+	earlyID := mustEnqueue(t, earlyTx, args("po-upgrade"))
+	if earlyID == keyID(org, "po-upgrade") {
+		t.Fatalf("the earlier body gave the key's id %s: not the body of before 25", earlyID)
+	}
+
+	migrated := make(chan error, 1)
+	go func() { migrated <- migrate.UpWith(ctx, url, migrate.Config{}) }()
+	// Step 1 is in place (the rows enter the key index again with the
+	// key's id) while the migration waits for the early transaction.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var transition bool
+		if err := conn.QueryRow(ctx, `select prosrc like '%integration_outbox_key_id%' and prosrc not like '%on conflict (id)%'
+			from pg_proc where proname = 'integration_outbox_enqueue'`).Scan(&transition); err != nil {
+			t.Fatal(err)
+		}
+		if transition {
+			break
+		}
+		select {
+		case err := <-migrated:
+			t.Fatalf("the migration ended (%v) before the early transaction did", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("step 1 of migration 25 never came")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	late, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close(ctx)
+	lateID := make(chan string, 1)
+	lateErr := make(chan error, 1)
+	go func() {
+		id, err := enqueue(ctx, late, args("po-upgrade"))
+		lateID <- id
+		lateErr <- err
+	}()
+	time.Sleep(time.Second)
+	select {
+	case err := <-migrated:
+		t.Fatalf("migration 25 ended (%v) while a transaction that ran the earlier body was open", err)
+	default:
+	}
+	if err := earlyTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := <-lateID, <-lateErr; err != nil || id != earlyID {
+		t.Errorf("the later call of the same key: %s %v, want the early row %s", id, err, earlyID)
+	}
+	if err := <-migrated; err != nil {
+		t.Fatal(err)
+	}
+	if !keepsKeysByID(t, conn) {
+		t.Error("after migration 25 the function does not keep keys by id")
+	}
+	if id, err := enqueue(ctx, conn, args("po-upgrade")); err != nil || id != earlyID {
+		t.Errorf("the key again after the migration: %s %v, want the early row %s", id, err, earlyID)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `select count(*) from external_integration_outbox where idempotency_key = 'po-upgrade'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("%d rows hold the key, want 1", n)
+	}
+}
+
+// A transaction that may have called the earlier body and does not end:
+// migration 25 gives up after its wait, naming the transaction, and leaves
+// the function keeping keys in the key index (correct, only not lighter)
+// and the schema at 24; once the transaction has ended, make migrate again
+// completes it.
+func TestMigration25GivesUpOnATransactionThatDoesNotEndAndCompletesOnTheNextRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := freshDB(t)
+	if err := migrate.UpWith(ctx, url, migrate.Config{Version: 24}); err != nil {
+		t.Fatal(err)
+	}
+	installEnqueueBefore25(t, conn)
+	org := "6f1a4c1e-0000-4000-8000-0000000000f2"
+	_, args := webhookConnection(t, conn, org)
+	idle, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close(ctx)
+	idleTx, err := idle.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idleTx.Rollback(ctx)
+	var pid uint32
+	if err := idleTx.QueryRow(ctx, `select pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	// It read the outbox, as the earlier body's first statement does.
+	if _, err := idleTx.Exec(ctx, `select count(*) from external_integration_outbox`); err != nil {
+		t.Fatal(err)
+	}
+
+	err = migrate.UpWith(ctx, url, migrate.Config{EnqueueSwitchWait: 2 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "pid "+strconv.FormatUint(uint64(pid), 10)) {
+		t.Fatalf("migration 25 with a transaction that stays open: %v, want an error naming pid %d", err, pid)
+	}
+	if v, err := migrate.CurrentVersion(ctx, url); err != nil || v != 24 {
+		t.Errorf("after the failed run the schema is at %d (%v), want 24", v, err)
+	}
+	if keepsKeysByID(t, conn) {
+		t.Error("the function keeps keys by id although the migration gave up")
+	}
+	id := mustEnqueue(t, conn, args("po-meanwhile"))
+	if id != keyID(org, "po-meanwhile") || countRowsConn(t, conn, `select count(*) from external_integration_outbox
+		where idempotency_key = 'po-meanwhile' and idempotency_enforced`) != 1 {
+		t.Errorf("meanwhile a new key is not in the key index under its key's id (%s)", id)
+	}
+
+	if err := idleTx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if !keepsKeysByID(t, conn) {
+		t.Error("the next run did not complete migration 25")
+	}
+	if again := mustEnqueue(t, conn, args("po-meanwhile")); again != id {
+		t.Errorf("the key enqueued meanwhile, again: %s, want %s", again, id)
+	}
+}
+
+// A host whose outbox's id has no unique index (nothing in the contract
+// promises one): migration 25 keeps the key index, and the function stays
+// idempotent there.
+func TestMigration25KeepsTheKeyIndexWhereTheOutboxsIDIsNotUnique(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := freshDB(t)
+	if err := migrate.UpWith(ctx, url, migrate.Config{Version: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `alter table external_integration_outbox drop constraint external_integration_outbox_pkey`); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if keepsKeysByID(t, conn) {
+		t.Fatal("the function keeps keys by id on an outbox whose id is not unique")
+	}
+	org := "6f1a4c1e-0000-4000-8000-0000000000f3"
+	_, args := webhookConnection(t, conn, org)
+	id := mustEnqueue(t, conn, args("po-no-pk"))
+	if again := mustEnqueue(t, conn, args("po-no-pk")); again != id {
+		t.Errorf("the same key again: %s, want %s", again, id)
+	}
+	if n := countRowsConn(t, conn, `select count(*) from external_integration_outbox
+		where idempotency_key = 'po-no-pk' and idempotency_enforced`); n != 1 {
+		t.Errorf("%d rows of the key in the key index, want 1", n)
+	}
+}
+
+// A row whose key the host changed afterwards still holds the id of its
+// first key: a call with that first key conflicts with it, finds no row of
+// its key, and is refused (23505) naming the key, rather than returning
+// another command's row or inserting a second row.
+func TestEnqueueRefusesAKeyWhoseIDAnotherKeysRowHolds(t *testing.T) {
+	t.Parallel()
+	b := setupEnqueue(t)
+	ctx := context.Background()
+	id := mustEnqueue(t, b.f.Pool, b.args("po-renamed"))
+	if _, err := b.f.Pool.Exec(ctx, `update external_integration_outbox set idempotency_key = 'po-renamed-by-host' where id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	_, err := enqueue(ctx, b.f.Pool, b.args("po-renamed"))
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ColumnName != "idempotency_key" || !strings.Contains(pgErr.Message, "po-renamed") {
+		t.Errorf("the key whose id another key's row holds: %v, want SQLSTATE 23505 naming idempotency_key and the key", err)
+	}
+	if n := b.f.Count(t, `select count(*) from external_integration_outbox where organization_id = $1`, b.org); n != 1 {
+		t.Errorf("%d rows of the organization, want 1", n)
+	}
+}

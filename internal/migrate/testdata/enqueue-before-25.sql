@@ -1,0 +1,199 @@
+-- integration_outbox_enqueue, the producers' way into the outbox
+-- (docs/producers.md), and integration_outbox_enqueue_existing: their one
+-- definition (create or replace).
+--
+-- Migrations 2, 6, 9, 12 and 22 each apply this file (migrations/00002_enqueue.go
+-- and the four after it): a fresh install gets it at migration 2; an
+-- install at an older version, whose function is an earlier body, gets it at
+-- the first of 6, 9, 12 and 22 it has not run yet. Their down steps leave the
+-- functions as they are; only migration 2's drops them. So this file must
+-- work at every schema version from 2 on, in the middle of a live upgrade
+-- too, while the host calls the function: it may use the host's tables and
+-- what migration 2 adds (idempotency_enforced and the two key indexes,
+-- declared in internal/migrate/hostobjects.go), never an object of a later
+-- migration (plpgsql checks names only when a call runs). A change to it is
+-- a new migration that applies this file again, as 22 does, which brings
+-- installed databases to it. The test that calls it at every version:
+-- TestEnqueueWorksAtEveryVersionFromMigration2 (internal/migrate).
+--
+-- What each of those migrations changed: 2 made the function; 6 gave it the
+-- worker's key rule; 9 made a new key cost one probe; 12 made the commands
+-- enqueued in one transaction read created_at in the order of the calls; 22
+-- made a call cheaper for the host's server (the names below, one pattern
+-- for the key, the connection and the key probed in one statement).
+--
+-- The names in double braces are filled in when a migration applies the
+-- file (migrations/enqueue.go): {{.Outbox}} and {{.Connections}} are the
+-- host's two tables, schema-qualified as the migration's search_path finds
+-- them, and {{.Schema}} is the schema the functions are created in (the
+-- first of that search_path). Before 22 the functions carried
+-- "set search_path from current" instead, and every call saved, set and
+-- restored the caller's search_path.
+--
+-- Idempotency on (organization_id, idempotency_key) without touching what the
+-- host table already holds: existing rows may repeat a key, so a unique index
+-- over every row could fail to build. Instead the rows this function inserts
+-- carry idempotency_enforced = true and only those are unique (a partial unique
+-- index, empty when it is built). Adding the column is a catalog change only
+-- (a constant default needs no table rewrite since PostgreSQL 11): existing rows
+-- read false and stay as they are, and the host's own inserts are unaffected.
+-- Rows with idempotency_enforced = false (the host's older or direct inserts)
+-- are still honoured: the function returns the oldest row with the key.
+
+-- The oldest row holding the key (created_at, then id): the one the first
+-- enqueue returned when the host's table already repeats a key.
+create or replace function {{.Schema}}.integration_outbox_enqueue_existing(organization_id uuid, idempotency_key text)
+returns uuid
+language sql
+stable
+as $fn$
+    select id from (
+        select o.id, o.created_at from {{.Outbox}} o
+        where o.organization_id = $1 and o.idempotency_key = $2 and o.idempotency_enforced
+        union all
+        select o.id, o.created_at from {{.Outbox}} o
+        where o.organization_id = $1 and o.idempotency_key = $2 and not o.idempotency_enforced
+          and o.idempotency_key is not null
+    ) keyed
+    order by created_at, id
+    limit 1
+$fn$;
+
+create or replace function {{.Schema}}.integration_outbox_enqueue(
+    organization_id uuid,
+    integration_connection_id uuid,
+    command_type text,
+    local_entity_type text,
+    local_entity_id uuid,
+    payload_json jsonb,
+    idempotency_key text
+) returns uuid
+language plpgsql
+volatile
+-- Every name is schema-qualified: tables resolve where the migration found
+-- them, whatever the caller's search_path.
+as $fn$
+#variable_conflict use_column
+declare
+    -- The parameters keep the outbox's column names (so callers can use named
+    -- notation); inside, unqualified names are columns and these are the values.
+    p_organization_id alias for $1;
+    p_connection_id alias for $2;
+    p_command_type alias for $3;
+    p_entity_type alias for $4;
+    p_entity_id alias for $5;
+    p_payload alias for $6;
+    p_key alias for $7;
+    v_provider text;
+    v_id uuid;
+    v_created_at timestamptz;
+    v_previous text;
+    v_host_key boolean;
+begin
+    if p_organization_id is null then
+        raise exception 'integration_outbox_enqueue: organization_id must not be null'
+            using errcode = 'null_value_not_allowed', column = 'organization_id';
+    elsif p_connection_id is null then
+        raise exception 'integration_outbox_enqueue: integration_connection_id must not be null'
+            using errcode = 'null_value_not_allowed', column = 'integration_connection_id';
+    elsif p_command_type is null then
+        raise exception 'integration_outbox_enqueue: command_type must not be null'
+            using errcode = 'null_value_not_allowed', column = 'command_type';
+    elsif p_entity_type is null then
+        raise exception 'integration_outbox_enqueue: local_entity_type must not be null'
+            using errcode = 'null_value_not_allowed', column = 'local_entity_type';
+    elsif p_entity_id is null then
+        raise exception 'integration_outbox_enqueue: local_entity_id must not be null'
+            using errcode = 'null_value_not_allowed', column = 'local_entity_id';
+    elsif p_payload is null then
+        raise exception 'integration_outbox_enqueue: payload_json must not be null'
+            using errcode = 'null_value_not_allowed', column = 'payload_json';
+    elsif p_key is null then
+        raise exception 'integration_outbox_enqueue: idempotency_key must not be null'
+            using errcode = 'null_value_not_allowed', column = 'idempotency_key';
+    end if;
+
+    if btrim(p_command_type) = '' then
+        raise exception 'integration_outbox_enqueue: command_type must not be blank'
+            using errcode = 'invalid_parameter_value', column = 'command_type';
+    elsif btrim(p_entity_type) = '' then
+        raise exception 'integration_outbox_enqueue: local_entity_type must not be blank'
+            using errcode = 'invalid_parameter_value', column = 'local_entity_type';
+    elsif jsonb_typeof(p_payload) <> 'object' then
+        raise exception 'integration_outbox_enqueue: payload_json must be a JSON object, got a JSON %',
+                jsonb_typeof(p_payload)
+            using errcode = 'invalid_parameter_value', column = 'payload_json';
+    -- The worker's rule for a key it can send as an HTTP header value
+    -- (Idempotency-Key, webhook-id): internal/push checkIdempotencyKey.
+    elsif p_key = '' then
+        raise exception 'integration_outbox_enqueue: idempotency_key must not be empty'
+            using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+    elsif octet_length(p_key) > 255 then
+        raise exception 'integration_outbox_enqueue: idempotency_key is % bytes, at most 255 can be sent',
+                octet_length(p_key)
+            using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+    -- One pattern on the way in (each is a cost on every call); which rule
+    -- the key broke is worked out only for the error.
+    elsif p_key ~ '^[ \t]|[ \t]$|[\x01-\x08\x0a-\x1f\x7f]' then
+        if p_key ~ '[\x01-\x08\x0a-\x1f\x7f]' then
+            raise exception 'integration_outbox_enqueue: idempotency_key contains a control character, which cannot be sent as a header value'
+                using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+        end if;
+        raise exception 'integration_outbox_enqueue: idempotency_key has leading or trailing white space, which cannot be sent as a header value'
+            using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+    end if;
+
+    -- A missing connection and another organization's read the same, so the
+    -- error tells nothing about other tenants. Most keys are new: the same
+    -- statement probes only the host's own keyed rows (their index), and the
+    -- insert below lets the unique index answer for the keys this function
+    -- inserted before. Only a key the host's rows carry, or a repeated one,
+    -- costs the full look-up.
+    select c.provider, exists (
+            select from {{.Outbox}} o
+            where o.organization_id = p_organization_id and o.idempotency_key = p_key
+              and not o.idempotency_enforced and o.idempotency_key is not null)
+        into v_provider, v_host_key
+    from {{.Connections}} c
+    where c.id = p_connection_id and c.organization_id = p_organization_id;
+    if not found then
+        raise exception 'integration_outbox_enqueue: integration_connection_id % is not a connection of organization %',
+                p_connection_id, p_organization_id
+            using errcode = 'foreign_key_violation', column = 'integration_connection_id';
+    elsif v_host_key then
+        return {{.Schema}}.integration_outbox_enqueue_existing(p_organization_id, p_key);
+    end if;
+
+    -- Commands enqueued in one transaction keep the order of the calls:
+    -- each takes the time of the call, and never one at or before the
+    -- previous call's in this transaction (now() is the same for every call
+    -- of a transaction, and a random id would break the tie).
+    v_created_at := clock_timestamp();
+    v_previous := nullif(current_setting('integration_outbox.enqueued_at', true), '');
+    if v_previous is not null and v_created_at <= v_previous::timestamptz then
+        v_created_at := v_previous::timestamptz + interval '1 microsecond';
+    end if;
+    -- An assignment, not a PERFORM: a plain expression skips the executor.
+    v_previous := set_config('integration_outbox.enqueued_at', v_created_at::text, true);
+
+    -- A concurrent call with the same key waits here on the unique index until
+    -- the first transaction ends: after a commit it inserts nothing (and, under
+    -- REPEATABLE READ or SERIALIZABLE, whose snapshot cannot see that row,
+    -- PostgreSQL raises serialization_failure 40001: retry the transaction);
+    -- after a rollback it inserts.
+    insert into {{.Outbox}} (organization_id, integration_connection_id, provider, command_type,
+        local_entity_type, local_entity_id, payload_json, idempotency_key, idempotency_enforced,
+        status, attempt_count, next_attempt_at, created_at)
+    values (p_organization_id, p_connection_id, v_provider, p_command_type,
+        p_entity_type, p_entity_id, p_payload, p_key, true,
+        'queued', 0, now(), v_created_at)
+    on conflict (organization_id, idempotency_key) where idempotency_enforced do nothing
+    returning id into v_id;
+    if v_id is null then
+        -- A new statement, so a new snapshot under READ COMMITTED: it sees the
+        -- row the other transaction committed.
+        v_id := {{.Schema}}.integration_outbox_enqueue_existing(p_organization_id, p_key);
+    end if;
+    return v_id;
+end
+$fn$;
