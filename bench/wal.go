@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"integration-outbox/internal/migrate"
+	"integration-outbox/internal/testenv"
 	"integration-outbox/migrations"
 )
 
@@ -199,7 +200,7 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 	if err != nil {
 		return res, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { conn.Close(context.WithoutCancel(ctx)) }()
 	if _, err := conn.Exec(ctx, migrations.HostStandIn); err != nil {
 		return res, fmt.Errorf("creating the host's tables: %w", err)
 	}
@@ -234,11 +235,34 @@ func measureWALOnce(ctx context.Context, env *benchEnv, s walSchema, rowCount, n
 	if err := conn.QueryRow(ctx, `select count(*) from pg_index where indrelid = 'external_integration_outbox'::regclass`).Scan(&res.Indexes); err != nil {
 		return res, err
 	}
+	// The enqueues go into a copy of the database as it is now, so that
+	// their batch starts where the host's does: on the same table, not on
+	// one grown by the host's batch (which put the enqueue's full-page
+	// images at a larger outbox's, at 1k rows one of 6k).
+	var enqueueURL string
+	if s.Version != 0 {
+		conn.Close(ctx)
+		name := databaseName(url) + "_enqueue"
+		if err := cloneDatabase(ctx, env, databaseName(url), name); err != nil {
+			return res, fmt.Errorf("copying the database for the enqueues: %w", err)
+		}
+		enqueueURL = testenv.ReplaceDatabase(env.pg.URL, name)
+		defer env.dropDatabase(context.WithoutCancel(ctx), enqueueURL)
+		if conn, err = pgx.Connect(ctx, url); err != nil {
+			return res, err
+		}
+	}
 	if res.Host, err = walBatchOf(ctx, conn, hostInsertSQL, "host", n, payload); err != nil {
 		return res, fmt.Errorf("host inserts: %w", err)
 	}
 	if s.Version != 0 {
-		if res.Enqueue, err = walBatchOf(ctx, conn, enqueueSQL, "enqueue", n, payload); err != nil {
+		econn, err := pgx.Connect(ctx, enqueueURL)
+		if err != nil {
+			return res, err
+		}
+		res.Enqueue, err = walBatchOf(ctx, econn, enqueueSQL, "enqueue", n, payload)
+		econn.Close(context.WithoutCancel(ctx))
+		if err != nil {
 			return res, fmt.Errorf("enqueues: %w", err)
 		}
 		if s.Name == everyMigration || s.Lever != nil {
@@ -371,7 +395,7 @@ func walMarkdown(runs []walRun) string {
 			sizes = append(sizes, rows(r.Rows))
 		}
 	}
-	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`), at each size: %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, the payload %s), then, on the installed schemas, as many calls of `integration_outbox_enqueue`. WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. Every insert is sent as node-postgres sends a parameterised query (an unnamed statement, planned per call). The rate is inserts over the batch's wall time. Then, on the schema with every migration, the server's CPU per call: %d rounds of %d host inserts, then as many calls of `integration_outbox_enqueue`, each its own transaction, on the same session; the CPU is the time its backend process spent on a CPU over each round's calls (`/proc/<pid>/schedstat`), which counts what `pg_stat_statements`' execution time leaves out of a plain insert (its parse and plan) and the commit of each. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`); from migration 11 a queued row due at once (the host's insert sets `next_attempt_at` to `now()`, its `created_at`) enters no index of the per-entity order either: the host's insert writes one entry into an index of ours, `_walk_idx` (48-byte entries since migration 11).\n",
+	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`), at each size: %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, the payload %s), then, on the installed schemas, as many calls of `integration_outbox_enqueue`, on a copy of the database taken before the host's inserts (`create database ... template`), so that both batches start from the same table (before 2026-12-06 the calls ran after the host's inserts on the same database, on a table 5,000 rows larger). WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. Every insert is sent as node-postgres sends a parameterised query (an unnamed statement, planned per call). The rate is inserts over the batch's wall time. Then, on the schema with every migration, the server's CPU per call: %d rounds of %d host inserts, then as many calls of `integration_outbox_enqueue`, each its own transaction, on the same session; the CPU is the time its backend process spent on a CPU over each round's calls (`/proc/<pid>/schedstat`), which counts what `pg_stat_statements`' execution time leaves out of a plain insert (its parse and plan) and the commit of each. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`); from migration 11 a queued row due at once (the host's insert sets `next_attempt_at` to `now()`, its `created_at`) enters no index of the per-entity order either: the host's insert writes one entry into an index of ours, `_walk_idx` (48-byte entries since migration 11).\n",
 		strings.Join(names, "; "), strings.Join(sizes, " and "), runs[0].Host.Inserts,
 		fmt.Sprintf("`%s` (%q)", strings.Join(strings.Fields(walPayloads[runs[0].Payload]), " "), runs[0].Payload),
 		cpuRounds, cpuRoundCalls)

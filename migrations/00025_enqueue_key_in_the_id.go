@@ -31,6 +31,9 @@ import (
 //  3. It applies Enqueue without the key index.
 //
 // An install whose function already keeps keys by id goes straight to 3.
+// Step 3 leaves out the function's probe of the key index where no row of a
+// random id is left in it (KeyProbe), and its probe of the legacy key index
+// where no row is in it (HostKeys).
 // Down applies Enqueue with the key index again, as migrations 2 to 22 do,
 // at once: the two bodies conflict on the id, so no call needs waiting for.
 // The rows inserted meanwhile keep NULL and their id, which the key index's
@@ -91,6 +94,23 @@ const byIDInstalledSQL = `
 select coalesce((select p.prosrc like '%on conflict (id) do nothing%' from pg_proc p
     where p.oid = to_regprocedure($1 || '.integration_outbox_enqueue(uuid, uuid, text, text, uuid, jsonb, text)')), false)`
 
+// randomIDKeysSQL says whether the key index ($1's rows with
+// idempotency_enforced) holds a row whose id is not its key's: one a body
+// from before migration 25 inserted. It reads the index in key order and
+// stops at the first such row, so it reads little where there is one (a row
+// from before 25 is any of them) and where there is none (the index holds
+// only the rows enqueued during migration 25's wait, if any).
+const randomIDKeysSQL = `
+select exists (select from %s o
+    where o.idempotency_enforced and o.id <> %s.integration_outbox_key_id(o.organization_id, o.idempotency_key))`
+
+// hostKeysSQL says whether the legacy key index holds a row: one of the
+// host's from before migration 10 (later ones read idempotency_enforced
+// NULL). Only a down step below 10 brings such rows again, and migration 25
+// runs again on the way back up.
+const hostKeysSQL = `
+select exists (select from %s o where not o.idempotency_enforced and o.idempotency_key is not null)`
+
 func keyInTheID(ctx context.Context, db *sql.DB) error {
 	var n EnqueueNames
 	var unique, byID bool
@@ -113,14 +133,26 @@ func keyInTheID(ctx context.Context, db *sql.DB) error {
 	}); err != nil {
 		return err
 	}
-	if !unique || byID {
+	if !unique {
 		return nil
 	}
-	if err := waitForEarlierCalls(ctx, db, n.Outbox); err != nil {
-		return err
+	if !byID {
+		if err := waitForEarlierCalls(ctx, db, n.Outbox); err != nil {
+			return err
+		}
 	}
+	// Step 3. After the wait no call of a body from before 25 runs, so the
+	// rows of random ids in the key index can only go, never come.
 	n.KeyIndex = false
-	return inTx(ctx, db, func(tx *sql.Tx) error { return applyEnqueueTx(ctx, tx, n) })
+	return inTx(ctx, db, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, fmt.Sprintf(randomIDKeysSQL, n.Outbox, n.Schema)).Scan(&n.KeyProbe); err != nil {
+			return fmt.Errorf("reading whether the key index holds rows of random ids: %w", err)
+		}
+		if err := tx.QueryRowContext(ctx, fmt.Sprintf(hostKeysSQL, n.Outbox)).Scan(&n.HostKeys); err != nil {
+			return fmt.Errorf("reading whether the legacy key index holds rows: %w", err)
+		}
+		return applyEnqueueTx(ctx, tx, n)
+	})
 }
 
 // inTx runs fn in a transaction of db and commits it.

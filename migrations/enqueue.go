@@ -31,6 +31,15 @@ type EnqueueNames struct {
 	// (idempotency_enforced true), as before migration 25; else by their
 	// id alone, which needs the outbox's id unique (keyIDUnique).
 	KeyIndex bool
+	// KeyProbe (without KeyIndex): the function also probes the key index,
+	// for the rows of random ids a body from before migration 25 inserted
+	// (randomIDKeysSQL); once none is left, that probe is a cost for
+	// nothing, and no row of a random id enters the key index again.
+	KeyProbe bool
+	// HostKeys (without KeyIndex): the function probes the legacy key
+	// index, for the host's rows from before migration 10
+	// (hostKeysSQL); the host's later rows never enter it.
+	HostKeys bool
 }
 
 // EnqueueSQL is Enqueue with names filled in.

@@ -260,3 +260,45 @@ func TestEnqueueRefusesAKeyWhoseIDAnotherKeysRowHolds(t *testing.T) {
 		t.Errorf("%d rows of the organization, want 1", n)
 	}
 }
+
+// keyIndexScans is how many scans the key index has had, as the statistics
+// read after conn's own are flushed.
+func keyIndexScans(t *testing.T, conn *pgx.Conn) int64 {
+	t.Helper()
+	ctx := context.Background()
+	for _, stmt := range []string{`select pg_stat_force_next_flush()`, `select 1`, `select pg_stat_clear_snapshot()`} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int64
+	if err := conn.QueryRow(ctx, `select idx_scan from pg_stat_user_indexes
+		where indexrelname = 'external_integration_outbox_enqueue_key_idx'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// On an install whose key index holds no row of a random id (a fresh one),
+// migration 25 leaves out the function's probe of it: a call reads it no
+// more for a new key (a repeated one still looks its row up in every
+// index). Where such rows are (an upgrade), the probe stays:
+// TestMigration25WaitsForTheEarlierBodysCallsBeforeItStopsWritingTheKeyIndex
+// finds the early row's key through it.
+func TestEnqueueReadsNoKeyIndexOnAFreshInstall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := freshDB(t)
+	if err := migrate.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	org := "6f1a4c1e-0000-4000-8000-0000000000f4"
+	_, args := webhookConnection(t, conn, org)
+	before := keyIndexScans(t, conn)
+	for _, key := range []string{"po-a", "po-b", "po-c"} {
+		mustEnqueue(t, conn, args(key))
+	}
+	if after := keyIndexScans(t, conn); after != before {
+		t.Errorf("three new keys scanned the key index %d times, want none", after-before)
+	}
+}

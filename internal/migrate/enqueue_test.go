@@ -595,24 +595,25 @@ func TestEnqueueUsesTheInstallsTablesWhateverTheCallersSearchPath(t *testing.T) 
 		create table decoy.integration_connections (id uuid primary key, organization_id uuid not null, provider text not null);`); err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate.Up(ctx, url+"&search_path=integration,public"); err != nil {
-		t.Fatal(err)
-	}
+	// The host's connection and its own keyed row, from before the install.
 	org := "00000000-0000-4000-8000-0000000000ee"
 	var connID, hostRow string
 	if err := conn.QueryRow(ctx, `insert into public.integration_connections (organization_id, provider)
 		values ($1, 'webhook') returning id::text`, org).Scan(&connID); err != nil {
 		t.Fatal(err)
 	}
+	if err := conn.QueryRow(ctx, `insert into public.external_integration_outbox (organization_id, integration_connection_id,
+			provider, command_type, local_entity_type, local_entity_id, idempotency_key)
+		values ($1, $2, 'webhook', 'push_purchase_order', 'purchase_order', $1, 'host-key') returning id::text`,
+		org, connID).Scan(&hostRow); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.Up(ctx, url+"&search_path=integration,public"); err != nil {
+		t.Fatal(err)
+	}
 	// The decoy holds the same connection, so a call that read it would
 	// succeed and write there.
 	if _, err := conn.Exec(ctx, `insert into decoy.integration_connections values ($1, $2, 'decoy')`, connID, org); err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.QueryRow(ctx, `insert into public.external_integration_outbox (organization_id, integration_connection_id,
-			provider, command_type, local_entity_type, local_entity_id, idempotency_key, idempotency_enforced)
-		values ($1, $2, 'webhook', 'push_purchase_order', 'purchase_order', $1, 'host-key', false) returning id::text`,
-		org, connID).Scan(&hostRow); err != nil {
 		t.Fatal(err)
 	}
 

@@ -24,6 +24,8 @@ var installedV4 embed.FS
 
 // schemaSnapshot is every index, column, constraint and function of the
 // search_path schema, and what integration_outbox_owned_objects records.
+// Of the enqueue function, whose probes migration 25 chooses by the rows
+// the install holds, only whether it keeps keys by id.
 const schemaSnapshot = `
 select string_agg(x, E'\n' order by x) from (
     select 'index ' || tablename || ' ' || regexp_replace(indexdef, ' ON \S+ ', ' ON ') || ' valid=' || i.indisvalid as x
@@ -36,7 +38,11 @@ select string_agg(x, E'\n' order by x) from (
     select 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid) || ' validated=' || convalidated
     from pg_constraint where connamespace = current_schema()::regnamespace and conrelid <> 'integration_outbox_schema_version'::regclass
     union all
-    select 'function ' || oid::regprocedure || ' ' || md5(prosrc) from pg_proc where pronamespace = current_schema()::regnamespace
+    -- The enqueue function's probes follow the rows the install holds
+    -- (migration 25): only whether it keeps keys by id is compared.
+    select 'function ' || oid::regprocedure || ' ' || case when proname = 'integration_outbox_enqueue'
+        then 'keeps keys by id: ' || (prosrc like '%on conflict (id) do nothing%') else md5(prosrc) end
+    from pg_proc where pronamespace = current_schema()::regnamespace
     union all
     select 'owned ' || migration || ' ' || kind || ' ' || table_name || '.' || object_name from integration_outbox_owned_objects
 ) s`

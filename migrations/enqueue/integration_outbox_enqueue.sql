@@ -125,76 +125,85 @@ declare
     p_payload alias for $6;
     p_key alias for $7;
     v_provider text;
-    v_id uuid;
     v_inserted uuid;
     v_created_at timestamptz;
     v_previous text;
     v_held boolean;
 begin
-    if p_organization_id is null then
-        raise exception 'integration_outbox_enqueue: organization_id must not be null'
-            using errcode = 'null_value_not_allowed', column = 'organization_id';
-    elsif p_connection_id is null then
-        raise exception 'integration_outbox_enqueue: integration_connection_id must not be null'
-            using errcode = 'null_value_not_allowed', column = 'integration_connection_id';
-    elsif p_command_type is null then
-        raise exception 'integration_outbox_enqueue: command_type must not be null'
-            using errcode = 'null_value_not_allowed', column = 'command_type';
-    elsif p_entity_type is null then
-        raise exception 'integration_outbox_enqueue: local_entity_type must not be null'
-            using errcode = 'null_value_not_allowed', column = 'local_entity_type';
-    elsif p_entity_id is null then
-        raise exception 'integration_outbox_enqueue: local_entity_id must not be null'
-            using errcode = 'null_value_not_allowed', column = 'local_entity_id';
-    elsif p_payload is null then
-        raise exception 'integration_outbox_enqueue: payload_json must not be null'
-            using errcode = 'null_value_not_allowed', column = 'payload_json';
-    elsif p_key is null then
-        raise exception 'integration_outbox_enqueue: idempotency_key must not be null'
-            using errcode = 'null_value_not_allowed', column = 'idempotency_key';
-    end if;
+    -- Every rule in one expression on the way in (each expression is a
+    -- cost on every call); which rule an argument broke is worked out only
+    -- for the error.
+    if p_organization_id is null or p_connection_id is null or p_command_type is null
+        or p_entity_type is null or p_entity_id is null or p_payload is null or p_key is null
+        or btrim(p_command_type) = '' or btrim(p_entity_type) = '' or jsonb_typeof(p_payload) <> 'object'
+        or p_key = '' or octet_length(p_key) > 255
+        or p_key ~ '^[ \t]|[ \t]$|[\x01-\x08\x0a-\x1f\x7f]' then
+        if p_organization_id is null then
+            raise exception 'integration_outbox_enqueue: organization_id must not be null'
+                using errcode = 'null_value_not_allowed', column = 'organization_id';
+        elsif p_connection_id is null then
+            raise exception 'integration_outbox_enqueue: integration_connection_id must not be null'
+                using errcode = 'null_value_not_allowed', column = 'integration_connection_id';
+        elsif p_command_type is null then
+            raise exception 'integration_outbox_enqueue: command_type must not be null'
+                using errcode = 'null_value_not_allowed', column = 'command_type';
+        elsif p_entity_type is null then
+            raise exception 'integration_outbox_enqueue: local_entity_type must not be null'
+                using errcode = 'null_value_not_allowed', column = 'local_entity_type';
+        elsif p_entity_id is null then
+            raise exception 'integration_outbox_enqueue: local_entity_id must not be null'
+                using errcode = 'null_value_not_allowed', column = 'local_entity_id';
+        elsif p_payload is null then
+            raise exception 'integration_outbox_enqueue: payload_json must not be null'
+                using errcode = 'null_value_not_allowed', column = 'payload_json';
+        elsif p_key is null then
+            raise exception 'integration_outbox_enqueue: idempotency_key must not be null'
+                using errcode = 'null_value_not_allowed', column = 'idempotency_key';
+        end if;
 
-    if btrim(p_command_type) = '' then
-        raise exception 'integration_outbox_enqueue: command_type must not be blank'
-            using errcode = 'invalid_parameter_value', column = 'command_type';
-    elsif btrim(p_entity_type) = '' then
-        raise exception 'integration_outbox_enqueue: local_entity_type must not be blank'
-            using errcode = 'invalid_parameter_value', column = 'local_entity_type';
-    elsif jsonb_typeof(p_payload) <> 'object' then
-        raise exception 'integration_outbox_enqueue: payload_json must be a JSON object, got a JSON %',
-                jsonb_typeof(p_payload)
-            using errcode = 'invalid_parameter_value', column = 'payload_json';
-    -- The worker's rule for a key it can send as an HTTP header value
-    -- (Idempotency-Key, webhook-id): internal/push checkIdempotencyKey.
-    elsif p_key = '' then
-        raise exception 'integration_outbox_enqueue: idempotency_key must not be empty'
-            using errcode = 'invalid_parameter_value', column = 'idempotency_key';
-    elsif octet_length(p_key) > 255 then
-        raise exception 'integration_outbox_enqueue: idempotency_key is % bytes, at most 255 can be sent',
-                octet_length(p_key)
-            using errcode = 'invalid_parameter_value', column = 'idempotency_key';
-    -- One pattern on the way in (each is a cost on every call); which rule
-    -- the key broke is worked out only for the error.
-    elsif p_key ~ '^[ \t]|[ \t]$|[\x01-\x08\x0a-\x1f\x7f]' then
-        if p_key ~ '[\x01-\x08\x0a-\x1f\x7f]' then
-            raise exception 'integration_outbox_enqueue: idempotency_key contains a control character, which cannot be sent as a header value'
+        if btrim(p_command_type) = '' then
+            raise exception 'integration_outbox_enqueue: command_type must not be blank'
+                using errcode = 'invalid_parameter_value', column = 'command_type';
+        elsif btrim(p_entity_type) = '' then
+            raise exception 'integration_outbox_enqueue: local_entity_type must not be blank'
+                using errcode = 'invalid_parameter_value', column = 'local_entity_type';
+        elsif jsonb_typeof(p_payload) <> 'object' then
+            raise exception 'integration_outbox_enqueue: payload_json must be a JSON object, got a JSON %',
+                    jsonb_typeof(p_payload)
+                using errcode = 'invalid_parameter_value', column = 'payload_json';
+        -- The worker's rule for a key it can send as an HTTP header value
+        -- (Idempotency-Key, webhook-id): internal/push checkIdempotencyKey.
+        elsif p_key = '' then
+            raise exception 'integration_outbox_enqueue: idempotency_key must not be empty'
+                using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+        elsif octet_length(p_key) > 255 then
+            raise exception 'integration_outbox_enqueue: idempotency_key is % bytes, at most 255 can be sent',
+                    octet_length(p_key)
+                using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+        -- One pattern on the way in (each is a cost on every call); which rule
+        -- the key broke is worked out only for the error.
+        elsif p_key ~ '^[ \t]|[ \t]$|[\x01-\x08\x0a-\x1f\x7f]' then
+            if p_key ~ '[\x01-\x08\x0a-\x1f\x7f]' then
+                raise exception 'integration_outbox_enqueue: idempotency_key contains a control character, which cannot be sent as a header value'
+                    using errcode = 'invalid_parameter_value', column = 'idempotency_key';
+            end if;
+            raise exception 'integration_outbox_enqueue: idempotency_key has leading or trailing white space, which cannot be sent as a header value'
                 using errcode = 'invalid_parameter_value', column = 'idempotency_key';
         end if;
-        raise exception 'integration_outbox_enqueue: idempotency_key has leading or trailing white space, which cannot be sent as a header value'
-            using errcode = 'invalid_parameter_value', column = 'idempotency_key';
     end if;
 
     -- A missing connection and another organization's read the same, so the
     -- error tells nothing about other tenants. Most keys are new: the same
     -- statement probes the indexes of the keys the function's id does not
-    -- hold (the host's own keyed rows{{if not .KeyIndex}}, and the function's rows from before
-    -- migration 25{{end}}), and the insert below lets {{if .KeyIndex}}the unique indexes{{else}}the id's unique index{{end}} answer
+    -- hold (the host's own keyed rows from before migration 10{{if and (not .KeyIndex) .KeyProbe}}, and the
+    -- function's rows from before migration 25, which gave them random ids{{end}};
+    -- migration 25 leaves out a probe of an index that holds none), and the insert below lets {{if .KeyIndex}}the unique indexes{{else}}the id's unique index{{end}} answer
     -- for the keys this function inserted {{if .KeyIndex}}before{{else}}since{{end}}. Only a key the host's rows
     -- carry, or a repeated one, costs the full look-up.
-    select c.provider, exists (
+    select c.provider, {{if or .KeyIndex .HostKeys}}exists (
             select from {{.Outbox}} o
             where o.organization_id = p_organization_id and o.idempotency_key = p_key
-              and not o.idempotency_enforced and o.idempotency_key is not null){{if not .KeyIndex}}
+              and not o.idempotency_enforced and o.idempotency_key is not null){{else}}false{{end}}{{if and (not .KeyIndex) .KeyProbe}}
         or exists (
             select from {{.Outbox}} o
             where o.organization_id = p_organization_id and o.idempotency_key = p_key
@@ -214,29 +223,26 @@ begin
     -- each takes the time of the call, and never one at or before the
     -- previous call's in this transaction (now() is the same for every call
     -- of a transaction, and a random id would break the tie).
-    v_created_at := clock_timestamp();
-    v_previous := nullif(current_setting('integration_outbox.enqueued_at', true), '');
-    if v_previous is not null and v_created_at <= v_previous::timestamptz then
-        v_created_at := v_previous::timestamptz + interval '1 microsecond';
-    end if;
-    -- An assignment, not a PERFORM: a plain expression skips the executor.
-    v_previous := set_config('integration_outbox.enqueued_at', v_created_at::text, true);
+    v_created_at := greatest(clock_timestamp(),
+        nullif(current_setting('integration_outbox.enqueued_at', true), '')::timestamptz + interval '1 microsecond');
 
     -- A concurrent call with the same key waits here on {{if .KeyIndex}}a{{else}}the id's{{end}} unique index
     -- until the first transaction ends: after a commit it inserts nothing
     -- (and, under REPEATABLE READ or SERIALIZABLE, whose snapshot cannot see
     -- that row, PostgreSQL raises serialization_failure 40001: retry the
     -- transaction); after a rollback it inserts.
-    v_id := {{.Schema}}.integration_outbox_key_id(p_organization_id, p_key);
     insert into {{.Outbox}} (id, organization_id, integration_connection_id, provider, command_type,
         local_entity_type, local_entity_id, payload_json, idempotency_key,{{if .KeyIndex}} idempotency_enforced,{{end}}
         status, attempt_count, next_attempt_at, created_at)
-    values (v_id, p_organization_id, p_connection_id, v_provider, p_command_type,
+    values ({{.Schema}}.integration_outbox_key_id(p_organization_id, p_key), p_organization_id, p_connection_id, v_provider, p_command_type,
         p_entity_type, p_entity_id, p_payload, p_key,{{if .KeyIndex}} true,{{end}}
         'queued', 0, now(), v_created_at)
     on conflict {{if not .KeyIndex}}(id) {{end}}do nothing
     returning id into v_inserted;
-    if v_inserted is null then
+    if v_inserted is not null then
+        -- An assignment, not a PERFORM: a plain expression skips the executor.
+        v_previous := set_config('integration_outbox.enqueued_at', v_created_at::text, true);
+    else
         -- A new statement, so a new snapshot under READ COMMITTED: it sees the
         -- row the other transaction committed.
         v_inserted := {{.Schema}}.integration_outbox_enqueue_existing(p_organization_id, p_key);
@@ -244,7 +250,7 @@ begin
             -- The id is another key's (the host changed that row's key or
             -- organization), or the row went between the two statements.
             raise exception 'integration_outbox_enqueue: the id % of idempotency_key % is held by a row of another key, or its row was deleted meanwhile',
-                    v_id, p_key
+                    {{.Schema}}.integration_outbox_key_id(p_organization_id, p_key), p_key
                 using errcode = 'unique_violation', column = 'idempotency_key';
         end if;
     end if;
