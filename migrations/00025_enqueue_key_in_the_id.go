@@ -174,26 +174,33 @@ func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 // transaction of this database begun before $2 (step 1's commit), of those
 // whose start the role may read. Each by its virtual transaction id, which
 // no later transaction reuses while the server runs, or by its backend and
-// start.
+// start. A prepared transaction has no backend: stillRunningSQL reads those
+// prepared before $2 itself.
 const earlierCallsSQL = `
 select l.virtualtransaction, l.pid, null::timestamptz from pg_locks l
 where l.locktype = 'relation' and l.relation = $1::regclass
   and l.database = (select oid from pg_database where datname = current_database())
-  and l.pid <> pg_backend_pid()
+  and l.pid is not null and l.pid <> pg_backend_pid()
 union
 select null, a.pid, a.xact_start from pg_stat_activity a
 where a.datname = current_database() and a.backend_type = 'client backend'
   and a.pid <> pg_backend_pid() and a.xact_start < $2`
 
-// stillRunningSQL counts which of the transactions read by earlierCallsSQL
-// are still running: a virtual transaction holds the lock on its own id
-// until it ends.
+// stillRunningSQL names which of the transactions read by earlierCallsSQL
+// are still running (a virtual transaction holds the lock on its own id
+// until it ends), and the transactions of this database prepared before
+// $4 and not yet committed or rolled back.
 const stillRunningSQL = `
-select l.pid, a.xact_start from pg_locks l left join pg_stat_activity a on a.pid = l.pid
+select format('pid %s', l.pid) || coalesce(', in a transaction since ' || to_char(a.xact_start at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), '')
+from pg_locks l left join pg_stat_activity a on a.pid = l.pid
 where l.locktype = 'virtualxid' and l.virtualxid = any($1::text[]) and l.granted
 union
-select a.pid, a.xact_start from pg_stat_activity a
-join unnest($2::int[], $3::timestamptz[]) t(pid, xact_start) on t.pid = a.pid and t.xact_start = a.xact_start`
+select format('pid %s, in a transaction since %s', a.pid, to_char(a.xact_start at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+from pg_stat_activity a
+join unnest($2::int[], $3::timestamptz[]) t(pid, xact_start) on t.pid = a.pid and t.xact_start = a.xact_start
+union
+select format('prepared transaction %L (prepared at %s)', p.gid, to_char(p.prepared at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))
+from pg_prepared_xacts p where p.database = current_database() and p.prepared < $4`
 
 // waitForEarlierCalls is step 2 of migration 25: it waits, polling and
 // holding nothing, until each transaction that may have called the
@@ -233,16 +240,16 @@ func waitForEarlierCalls(ctx context.Context, db *sql.DB, outbox string) error {
 	if err := rows.Close(); err != nil {
 		return err
 	}
-	if len(vxids)+len(pids) == 0 {
-		return nil
+	running, err := stillRunning(ctx, db, vxids, pids, starts, committed)
+	if err != nil || len(running) == 0 {
+		return err
 	}
 	o := options(ctx)
 	o.Log.InfoContext(ctx, "migration 25: waiting for the transactions that may still call the enqueue function's earlier body",
-		"transactions", len(vxids)+len(pids), "atMost", o.EnqueueSwitchWait.String())
+		"transactions", len(running), "atMost", o.EnqueueSwitchWait.String())
 	deadline := time.Now().Add(o.EnqueueSwitchWait)
 	for {
-		running, err := stillRunning(ctx, db, vxids, pids, starts)
-		if err != nil || len(running) == 0 {
+		if running, err = stillRunning(ctx, db, vxids, pids, starts, committed); err != nil || len(running) == 0 {
 			return err
 		}
 		if time.Now().After(deadline) {
@@ -258,24 +265,19 @@ func waitForEarlierCalls(ctx context.Context, db *sql.DB, outbox string) error {
 }
 
 // stillRunning names the transactions of waitForEarlierCalls still running.
-func stillRunning(ctx context.Context, db *sql.DB, vxids []string, pids []int32, starts []time.Time) ([]string, error) {
-	rows, err := db.QueryContext(ctx, stillRunningSQL, vxids, pids, starts)
+func stillRunning(ctx context.Context, db *sql.DB, vxids []string, pids []int32, starts []time.Time, committed time.Time) ([]string, error) {
+	rows, err := db.QueryContext(ctx, stillRunningSQL, vxids, pids, starts, committed)
 	if err != nil {
 		return nil, fmt.Errorf("reading which earlier transactions still run: %w", err)
 	}
 	defer rows.Close()
 	var running []string
 	for rows.Next() {
-		var pid int32
-		var start sql.NullTime
-		if err := rows.Scan(&pid, &start); err != nil {
+		var what string
+		if err := rows.Scan(&what); err != nil {
 			return nil, err
 		}
-		if start.Valid {
-			running = append(running, fmt.Sprintf("pid %d, in a transaction since %s", pid, start.Time.UTC().Format(time.RFC3339)))
-		} else {
-			running = append(running, fmt.Sprintf("pid %d", pid))
-		}
+		running = append(running, what)
 	}
 	return running, rows.Err()
 }
