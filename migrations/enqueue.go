@@ -60,12 +60,10 @@ select coalesce((select format('%I.%I', n.nspname, c.relname) from pg_class c
         join pg_namespace n on n.oid = c.relnamespace where c.oid = to_regclass('integration_connections')), ''),
     coalesce(quote_ident(current_schema()), '')`
 
-// readEnqueueNames reads EnqueueNames in q, as its search_path finds them.
-func readEnqueueNames(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}) (EnqueueNames, error) {
+// readEnqueueNames reads EnqueueNames in tx, as its search_path finds them.
+func readEnqueueNames(ctx context.Context, tx *sql.Tx) (EnqueueNames, error) {
 	var n EnqueueNames
-	if err := q.QueryRowContext(ctx, enqueueNamesSQL).Scan(&n.Outbox, &n.Connections, &n.Schema); err != nil {
+	if err := tx.QueryRowContext(ctx, enqueueNamesSQL).Scan(&n.Outbox, &n.Connections, &n.Schema); err != nil {
 		return n, fmt.Errorf("reading where the host's tables are: %w", err)
 	}
 	switch {

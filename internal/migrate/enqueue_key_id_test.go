@@ -33,6 +33,31 @@ func installEnqueueBefore25(t *testing.T, conn *pgx.Conn) {
 	}
 }
 
+// at24WithTheEarlierBody is a fresh install at 24 with the function's body
+// from before migration 25 in place, as an install at 24 had it, and a
+// webhook connection of org: what enqueues a key through it.
+func at24WithTheEarlierBody(t *testing.T, org string) (string, *pgx.Conn, func(key string) enqueueArgs) {
+	t.Helper()
+	url, conn := freshDB(t)
+	if err := migrate.UpWith(context.Background(), url, migrate.Config{Version: 24}); err != nil {
+		t.Fatal(err)
+	}
+	installEnqueueBefore25(t, conn)
+	_, args := webhookConnection(t, conn, org)
+	return url, conn, args
+}
+
+// connect is a connection of its own to url, closed when the test ends.
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
 // keepsKeysByID says whether the installed function keeps keys by id alone
 // (migration 25's body) rather than in the key index.
 func keepsKeysByID(t *testing.T, conn *pgx.Conn) bool {
@@ -55,20 +80,10 @@ func keepsKeysByID(t *testing.T, conn *pgx.Conn) bool {
 func TestMigration25WaitsForTheEarlierBodysCallsBeforeItStopsWritingTheKeyIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, conn := freshDB(t)
-	if err := migrate.UpWith(ctx, url, migrate.Config{Version: 24}); err != nil {
-		t.Fatal(err)
-	}
-	installEnqueueBefore25(t, conn)
 	org := "6f1a4c1e-0000-4000-8000-0000000000f1"
-	_, args := webhookConnection(t, conn, org)
+	url, conn, args := at24WithTheEarlierBody(t, org)
 
-	early, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer early.Close(ctx)
-	earlyTx, err := early.Begin(ctx)
+	earlyTx, err := connect(t, url).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,11 +117,7 @@ func TestMigration25WaitsForTheEarlierBodysCallsBeforeItStopsWritingTheKeyIndex(
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	late, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer late.Close(ctx)
+	late := connect(t, url)
 	lateID := make(chan string, 1)
 	lateErr := make(chan error, 1)
 	go func() {
@@ -135,11 +146,7 @@ func TestMigration25WaitsForTheEarlierBodysCallsBeforeItStopsWritingTheKeyIndex(
 	if id, err := enqueue(ctx, conn, args("po-upgrade")); err != nil || id != earlyID {
 		t.Errorf("the key again after the migration: %s %v, want the early row %s", id, err, earlyID)
 	}
-	var n int
-	if err := conn.QueryRow(ctx, `select count(*) from external_integration_outbox where idempotency_key = 'po-upgrade'`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 1 {
+	if n := countRowsConn(t, conn, `select count(*) from external_integration_outbox where idempotency_key = 'po-upgrade'`); n != 1 {
 		t.Errorf("%d rows hold the key, want 1", n)
 	}
 }
@@ -152,19 +159,9 @@ func TestMigration25WaitsForTheEarlierBodysCallsBeforeItStopsWritingTheKeyIndex(
 func TestMigration25GivesUpOnATransactionThatDoesNotEndAndCompletesOnTheNextRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, conn := freshDB(t)
-	if err := migrate.UpWith(ctx, url, migrate.Config{Version: 24}); err != nil {
-		t.Fatal(err)
-	}
-	installEnqueueBefore25(t, conn)
 	org := "6f1a4c1e-0000-4000-8000-0000000000f2"
-	_, args := webhookConnection(t, conn, org)
-	idle, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer idle.Close(ctx)
-	idleTx, err := idle.Begin(ctx)
+	url, conn, args := at24WithTheEarlierBody(t, org)
+	idleTx, err := connect(t, url).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
