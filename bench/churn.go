@@ -704,6 +704,10 @@ func claimLoop(runCtx, ctx context.Context, pool *pgxpool.Pool, variant string, 
 	tick := time.NewTicker(churnClaimEvery)
 	defer tick.Stop()
 	store := outbox.NewStore(pool).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
+	// One command for the run, as a push container holds one (its catalog
+	// of routines is read once; before 2026-12-06 each group made its own
+	// and read it again: one statement more per 10 commands).
+	command := purchaseorder.NewCommand(pool)
 	params := outbox.ClaimParams{Limit: claimLimit, MaxAttempts: 10, Lease: 900 * time.Second,
 		MaxInFlight: 5000, ConnectionMaxInFlight: 10, After: "00000000-0000-0000-0000-000000000000"}
 	for i := 0; ; i++ {
@@ -745,7 +749,7 @@ func claimLoop(runCtx, ctx context.Context, pool *pgxpool.Pool, variant string, 
 			if variant == churnLegacy {
 				go func() { defer wg.Done(); legacyWork(ctx, pool, claims[lo:hi], ev) }()
 			} else {
-				go func() { defer wg.Done(); ourWork(ctx, pool, store, batch.Claims[lo:hi], ev) }()
+				go func() { defer wg.Done(); ourWork(ctx, store, command, batch.Claims[lo:hi], ev) }()
 			}
 		}
 	}
@@ -753,7 +757,7 @@ func claimLoop(runCtx, ctx context.Context, pool *pgxpool.Pool, variant string, 
 
 // ourWork is one push invocation: start the claims, load their purchase
 // orders, a short fake provider call, record them completed.
-func ourWork(ctx context.Context, pool *pgxpool.Pool, store *outbox.Store, claims []outbox.Claim, ev *churnEvents) {
+func ourWork(ctx context.Context, store *outbox.Store, command *purchaseorder.Command, claims []outbox.Claim, ev *churnEvents) {
 	reqs := make([]outbox.StartRequest, len(claims))
 	for i, c := range claims {
 		reqs[i] = outbox.StartRequest{OutboxID: c.ID, OrganizationID: c.OrganizationID, ConnectionID: c.ConnectionID,
@@ -764,7 +768,7 @@ func ourWork(ctx context.Context, pool *pgxpool.Pool, store *outbox.Store, claim
 		ev.fail(err)
 		return
 	}
-	if _, err := purchaseorder.NewCommand(pool).Load(ctx, jobs); err != nil {
+	if _, err := command.Load(ctx, jobs); err != nil {
 		ev.fail(err)
 		return
 	}

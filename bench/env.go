@@ -33,10 +33,17 @@ type benchEnv struct {
 // startEnv starts PostgreSQL and moto_server, points the AWS SDK of this
 // process (and of the bootstraps it starts) at moto, and creates the command
 // queue.
-func startEnv(ctx context.Context, work string) (*benchEnv, error) {
+func startEnv(ctx context.Context, work string, settings []string) (*benchEnv, error) {
 	pg, err := testenv.StartPostgres()
 	if err != nil {
 		return nil, err
+	}
+	if len(settings) > 0 {
+		pg.Settings = settings
+		if err := pg.Restart(); err != nil {
+			pg.Stop()
+			return nil, fmt.Errorf("restarting PostgreSQL with %v: %w", settings, err)
+		}
 	}
 	moto, err := testenv.StartMoto()
 	if err != nil {

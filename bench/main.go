@@ -50,6 +50,9 @@ type options struct {
 	// only, when set, runs that one measurement ("install") and writes the
 	// table only where -out says.
 	only string
+	// pgSettings are name=value settings the server starts with after the
+	// test harness's own (-pg-setting, repeatable).
+	pgSettings settingList
 }
 
 // aloneMeasurements are the measurements -only runs.
@@ -88,6 +91,7 @@ func main() {
 	flag.BoolVar(&o.churnLevers.PlainInsert, "churn-plain-insert", false, "also run ours with the host inserting each command with the legacy host's plain INSERT instead of integration_outbox_enqueue (a lever)")
 	flag.BoolVar(&o.churnLevers.KeyIndex, "churn-key-index", false, "also run ours with the enqueue keeping its keys in the outbox's unique key index as before migration 25 (a lever: the build before, in the same run)")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "length of each churn run (4 runs at the default sizes); per-minute buckets from 3 minutes up, quarters below")
+	flag.Var(&o.pgSettings, "pg-setting", "a name=value setting the PostgreSQL server starts with, after the harness's own (repeatable; a lever, e.g. pg_stat_statements.track=top)")
 	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "commandtypes" (the fair claim with push_supplier rows due beside the orders), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet), "batch" (our pipeline at push batches of 10 and 100), "cold" (bootstrap sizes and cold starts under the emulator), "pooler" (the claim and our pipeline directly and through PgBouncer in transaction mode) or "throughput" (measurement 5: ours against River's no-op and purchase-order load workers); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
@@ -205,7 +209,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 	}
 
 	log.Info("starting PostgreSQL and moto_server")
-	env, err := startEnv(ctx, work)
+	env, err := startEnv(ctx, work, o.pgSettings)
 	if err != nil {
 		return err
 	}
@@ -399,4 +403,17 @@ func commandLine(args []string) string {
 		return "make bench (cd bench && go run .)"
 	}
 	return "cd bench && go run . " + strings.Join(args[1:], " ")
+}
+
+// settingList is a repeatable name=value flag.
+type settingList []string
+
+func (l *settingList) String() string { return strings.Join(*l, " ") }
+
+func (l *settingList) Set(v string) error {
+	if name, _, ok := strings.Cut(v, "="); !ok || name == "" {
+		return fmt.Errorf("%q is not name=value", v)
+	}
+	*l = append(*l, v)
+	return nil
 }
