@@ -99,9 +99,17 @@ func TestEveryIndexOfOursServesItsStatement(t *testing.T) {
 		{"external_integration_outbox_legacy_key_idx", "integration_outbox_enqueue_existing (the host's older keys)", existingSQL, []any{org, "key-1042"}},
 		{"external_integration_outbox_waiting_idx", "record.sql (the rows waiting for a row that ends)", outbox.RecordSQL, []any{recordArgs}},
 	}
+	// The claim's and the sweep's routines keep their generic plan
+	// (plan_cache_mode = force_generic_plan): that plan must use the
+	// index too, and so must the plan of a call planned with its arguments
+	// (the plain statement, where the routine is missing).
+	generic := map[string]bool{outbox.ClaimSQL: true, outbox.DeadLetterExpiredSQL: true}
 	for _, c := range cases {
 		t.Run(c.index+" "+c.statement, func(t *testing.T) {
 			f.CheckPlanUses(t, c.index, c.statement, c.sql, c.args...)
+			if generic[c.sql] {
+				f.CheckGenericPlanUses(t, c.index, c.statement, c.sql, c.args...)
+			}
 		})
 	}
 }
