@@ -143,16 +143,22 @@ func keyInTheID(ctx context.Context, db *sql.DB) error {
 	}
 	// Step 3. After the wait no call of a body from before 25 runs, so the
 	// rows of random ids in the key index can only go, never come.
+	return inTx(ctx, db, func(tx *sql.Tx) error { return applyKeysByID(ctx, tx, n) })
+}
+
+// applyKeysByID applies Enqueue without the key index (n.KeyIndex false),
+// with the probes of the key indexes that still hold rows to honour
+// (KeyProbe, HostKeys), read in tx. Only where no body from before
+// migration 25 can run: migration 25's step 3, and migration 26.
+func applyKeysByID(ctx context.Context, tx *sql.Tx, n EnqueueNames) error {
 	n.KeyIndex = false
-	return inTx(ctx, db, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, fmt.Sprintf(randomIDKeysSQL, n.Outbox, n.Schema)).Scan(&n.KeyProbe); err != nil {
-			return fmt.Errorf("reading whether the key index holds rows of random ids: %w", err)
-		}
-		if err := tx.QueryRowContext(ctx, fmt.Sprintf(hostKeysSQL, n.Outbox)).Scan(&n.HostKeys); err != nil {
-			return fmt.Errorf("reading whether the legacy key index holds rows: %w", err)
-		}
-		return applyEnqueueTx(ctx, tx, n)
-	})
+	if err := tx.QueryRowContext(ctx, fmt.Sprintf(randomIDKeysSQL, n.Outbox, n.Schema)).Scan(&n.KeyProbe); err != nil {
+		return fmt.Errorf("reading whether the key index holds rows of random ids: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, fmt.Sprintf(hostKeysSQL, n.Outbox)).Scan(&n.HostKeys); err != nil {
+		return fmt.Errorf("reading whether the legacy key index holds rows: %w", err)
+	}
+	return applyEnqueueTx(ctx, tx, n)
 }
 
 // inTx runs fn in a transaction of db and commits it.

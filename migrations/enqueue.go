@@ -13,7 +13,7 @@ import (
 
 // Enqueue is the one definition (create or replace) of
 // integration_outbox_enqueue and integration_outbox_enqueue_existing, which
-// migrations 2, 6, 9, 12 and 22 apply. It works at every schema version
+// migrations 2, 6, 9, 12, 22, 25 and 26 apply. It works at every schema version
 // from 2 on: see the file's header for what it may use. Its names in double
 // braces are EnqueueNames, filled in by EnqueueSQL.
 //
@@ -91,7 +91,8 @@ func applyEnqueueTx(ctx context.Context, tx *sql.Tx, n EnqueueNames) error {
 // names read in the migration's transaction. Earlier bodies are not kept
 // anywhere, so no down step puts one back; each leaves the functions as they
 // are (Enqueue works at the version it goes down to), and migration 2's
-// drops them. Migration 25 applies Enqueue without the key index.
+// drops them. Migrations 25 and 26 apply Enqueue without the key index
+// where the outbox's id is unique.
 func applyEnqueue() *goose.GoFunc {
 	return &goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
 		n, err := readEnqueueNames(ctx, tx)

@@ -19,7 +19,7 @@ var FS embed.FS
 // Go are the migrations written in Go, applied in version order with the
 // .sql files of FS: those that install or change the enqueue function, each
 // by applying its one definition (Enqueue).
-var Go = []*goose.Migration{migration2, migration6, migration9, migration12, migration22, migration23, migration25}
+var Go = []*goose.Migration{migration2, migration6, migration9, migration12, migration22, migration23, migration25, migration26}
 
 // HostStandIn creates the host application's tables wherever they are
 // missing, with exactly the columns internal/hostschema declares.

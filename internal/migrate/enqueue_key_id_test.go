@@ -299,3 +299,91 @@ func TestEnqueueReadsNoKeyIndexOnAFreshInstall(t *testing.T) {
 		t.Errorf("three new keys scanned the key index %d times, want none", after-before)
 	}
 }
+
+// enqueueBody is the installed function's body.
+func enqueueBody(t *testing.T, conn *pgx.Conn) string {
+	t.Helper()
+	var body string
+	if err := conn.QueryRow(context.Background(), `select prosrc from pg_proc
+		where proname = 'integration_outbox_enqueue'`).Scan(&body); err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// probesHostKeys says whether body probes the legacy key index (the host's
+// keyed rows from before migration 10) before it inserts.
+func probesHostKeys(body string) bool {
+	return strings.Contains(body, "and not o.idempotency_enforced and o.idempotency_key is not null)")
+}
+
+// insertReadsConnection says whether body's insert reads the connection
+// itself (migration 26's one statement a call).
+func insertReadsConnection(body string) bool {
+	return strings.Contains(body, "'queued', 0, now(), v_created_at\n    from public.integration_connections c")
+}
+
+// Migration 26 decides the function's probes again. At 25 an install whose
+// outbox held one of the host's keyed rows from before migration 10 probes
+// the legacy key index at every call (and honours that key); once retention
+// has deleted the row, migration 26 leaves the probe out. The call is one
+// statement (its insert reads the connection); the tenant check and the key
+// stay what they were.
+func TestMigration26DropsTheProbesOfKeyIndexesRetentionEmptied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := freshDB(t)
+	if err := migrate.UpWith(ctx, url, migrate.Config{Version: 9}); err != nil {
+		t.Fatal(err)
+	}
+	org := "6f1a4c1e-0000-4000-8000-0000000000f5"
+	connID, args := webhookConnection(t, conn, org)
+	var hostRow string
+	if err := conn.QueryRow(ctx, `insert into external_integration_outbox (organization_id, integration_connection_id,
+		provider, command_type, local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count)
+		values ($1, $2, 'webhook', 'push_purchase_order', 'purchase_order', $1, '{}', 'po-host-old', 'completed', 1)
+		returning id::text`, org, connID).Scan(&hostRow); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.UpWith(ctx, url, migrate.Config{Version: 25}); err != nil {
+		t.Fatal(err)
+	}
+	if !probesHostKeys(enqueueBody(t, conn)) {
+		t.Fatal("at 25 with a host row from before migration 10, the function does not probe the legacy key index")
+	}
+	if got := mustEnqueue(t, conn, args("po-host-old")); got != hostRow {
+		t.Fatalf("at 25, the host row's key: %s, want the host row %s", got, hostRow)
+	}
+	if _, err := conn.Exec(ctx, `delete from external_integration_outbox where id = $1`, hostRow); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if body := enqueueBody(t, conn); probesHostKeys(body) || !insertReadsConnection(body) {
+		t.Fatalf("at 26 with no host row left: probes the legacy key index %v (want false), the insert reads the connection %v (want true)",
+			probesHostKeys(body), insertReadsConnection(body))
+	}
+	before := keyIndexScans(t, conn)
+	id := mustEnqueue(t, conn, args("po-after-26"))
+	if after := keyIndexScans(t, conn); after != before {
+		t.Errorf("a new key scanned the key index %d times, want none", after-before)
+	}
+	if again := mustEnqueue(t, conn, args("po-after-26")); again != id {
+		t.Errorf("the same key again: %s, want %s", again, id)
+	}
+	otherOrg := "6f1a4c1e-0000-4000-8000-0000000000f6"
+	for _, a := range []enqueueArgs{
+		{otherOrg, connID, "push_purchase_order", "purchase_order", otherOrg, `{}`, "po-after-26"},
+		{otherOrg, connID, "push_purchase_order", "purchase_order", otherOrg, `{}`, "po-other-org"},
+	} {
+		_, err := enqueue(ctx, conn, a)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23503" || pgErr.ColumnName != "integration_connection_id" {
+			t.Errorf("another organization's connection, key %s: %v, want SQLSTATE 23503 naming integration_connection_id", a[6], err)
+		}
+	}
+	if n := countRowsConn(t, conn, `select count(*) from external_integration_outbox`); n != 1 {
+		t.Errorf("%d rows, want 1", n)
+	}
+}

@@ -3,8 +3,8 @@
 -- integration_outbox_key_id, which it calls: their one definition (create or
 -- replace).
 --
--- Migrations 2, 6, 9, 12, 22 and 25 each apply this file
--- (migrations/00002_enqueue.go and the five after it): a fresh install gets
+-- Migrations 2, 6, 9, 12, 22, 25 and 26 each apply this file
+-- (migrations/00002_enqueue.go and the six after it): a fresh install gets
 -- it at migration 2; an install at an older version, whose function is an
 -- earlier body, gets it at the first of 6, 9, 12 and 22 it has not run yet.
 -- Their down steps leave the functions as they are; only migration 2's drops
@@ -13,8 +13,8 @@
 -- the host's tables and what migration 2 adds (idempotency_enforced and the
 -- two key indexes, declared in internal/migrate/hostobjects.go), never an
 -- object of a later migration (plpgsql checks names only when a call runs). A
--- change to it is a new migration that applies this file again, as 22 and 25
--- do, which brings installed databases to it. The test that calls it at every
+-- change to it is a new migration that applies this file again, as 22, 25
+-- and 26 do, which brings installed databases to it. The test that calls it at every
 -- version: TestEnqueueWorksAtEveryVersionFromMigration2 (internal/migrate).
 --
 -- What each of those migrations changed: 2 made the function; 6 gave it the
@@ -23,7 +23,9 @@
 -- made a call cheaper for the host's server (the names below, one pattern
 -- for the key, the connection and the key probed in one statement); 25 made
 -- the row's id the key's (integration_outbox_key_id), so the outbox's primary
--- key keeps the key unique and the row enters no key index.
+-- key keeps the key unique and the row enters no key index; 26 made a call
+-- one statement (the insert reads the connection and probes the key indexes
+-- left to honour) and decided those probes again.
 --
 -- The names in double braces are filled in when a migration applies the
 -- file (migrations/enqueue.go): {{.Outbox}} and {{.Connections}} are the
@@ -40,14 +42,14 @@
 -- the two, and one of two things keeps it unique, chosen by the migration
 -- that applies the file (EnqueueNames.KeyIndex, migrations/enqueue.go):
 --
--- - the key index (KeyIndex; migrations 2 to 22, and 25 where the outbox's id
---   has no unique index): the row carries idempotency_enforced = true, and
+-- - the key index (KeyIndex; migrations 2 to 22, and 25 and 26 where the
+--   outbox's id has no unique index): the row carries idempotency_enforced = true, and
 --   only those rows are in a partial unique index on the key (empty when it
 --   is built). Adding the column is a catalog change only (a constant default
 --   needs no table rewrite since PostgreSQL 11): existing rows read false and
 --   stay as they are.
--- - the id (migration 25, where the outbox's id is unique, as a primary key
---   is): the row leaves idempotency_enforced to its default (NULL from
+-- - the id (migrations 25 and 26, where the outbox's id is unique, as a
+--   primary key is): the row leaves idempotency_enforced to its default (NULL from
 --   migration 10; false before, after a down step) and enters no key index,
 --   so neither its insert nor any later update of the row (the claim, the
 --   record) writes a key entry. A second call derives the same id and
@@ -124,11 +126,9 @@ declare
     p_entity_id alias for $5;
     p_payload alias for $6;
     p_key alias for $7;
-    v_provider text;
     v_inserted uuid;
     v_created_at timestamptz;
     v_previous text;
-    v_held boolean;
 begin
     -- Every rule in one expression on the way in (each expression is a
     -- cost on every call); which rule an argument broke is worked out only
@@ -192,33 +192,6 @@ begin
         end if;
     end if;
 
-    -- A missing connection and another organization's read the same, so the
-    -- error tells nothing about other tenants. Most keys are new: the same
-    -- statement probes the indexes of the keys the function's id does not
-    -- hold (the host's own keyed rows from before migration 10{{if and (not .KeyIndex) .KeyProbe}}, and the
-    -- function's rows from before migration 25, which gave them random ids{{end}};
-    -- migration 25 leaves out a probe of an index that holds none), and the insert below lets {{if .KeyIndex}}the unique indexes{{else}}the id's unique index{{end}} answer
-    -- for the keys this function inserted {{if .KeyIndex}}before{{else}}since{{end}}. Only a key the host's rows
-    -- carry, or a repeated one, costs the full look-up.
-    select c.provider, {{if or .KeyIndex .HostKeys}}exists (
-            select from {{.Outbox}} o
-            where o.organization_id = p_organization_id and o.idempotency_key = p_key
-              and not o.idempotency_enforced and o.idempotency_key is not null){{else}}false{{end}}{{if and (not .KeyIndex) .KeyProbe}}
-        or exists (
-            select from {{.Outbox}} o
-            where o.organization_id = p_organization_id and o.idempotency_key = p_key
-              and o.idempotency_enforced){{end}}
-        into v_provider, v_held
-    from {{.Connections}} c
-    where c.id = p_connection_id and c.organization_id = p_organization_id;
-    if not found then
-        raise exception 'integration_outbox_enqueue: integration_connection_id % is not a connection of organization %',
-                p_connection_id, p_organization_id
-            using errcode = 'foreign_key_violation', column = 'integration_connection_id';
-    elsif v_held then
-        return {{.Schema}}.integration_outbox_enqueue_existing(p_organization_id, p_key);
-    end if;
-
     -- Commands enqueued in one transaction keep the order of the calls:
     -- each takes the time of the call, and never one at or before the
     -- previous call's in this transaction (now() is the same for every call
@@ -226,6 +199,16 @@ begin
     v_created_at := greatest(clock_timestamp(),
         nullif(current_setting('integration_outbox.enqueued_at', true), '')::timestamptz + interval '1 microsecond');
 
+    -- One statement a call: the insert reads the connection, organization
+    -- scoped, and inserts nothing where it is not the organization's{{if or .KeyIndex .HostKeys .KeyProbe}}, or
+    -- where a row the function's id does not hold has the key: the host's
+    -- own keyed rows from before migration 10{{if and (not .KeyIndex) .KeyProbe}}, and the function's rows from
+    -- before migration 25, which gave them random ids{{end}} (migration 25 or 26
+    -- leaves out a probe of an index that holds none){{end}}. {{if .KeyIndex}}The unique
+    -- indexes answer{{else}}The id's unique index answers{{end}} for the keys this function inserted.
+    -- Only a call that inserts nothing (a repeated key, a key the host's rows
+    -- carry, another organization's connection) costs a look-up after it.
+    --
     -- A concurrent call with the same key waits here on {{if .KeyIndex}}a{{else}}the id's{{end}} unique index
     -- until the first transaction ends: after a commit it inserts nothing
     -- (and, under REPEATABLE READ or SERIALIZABLE, whose snapshot cannot see
@@ -234,15 +217,34 @@ begin
     insert into {{.Outbox}} (id, organization_id, integration_connection_id, provider, command_type,
         local_entity_type, local_entity_id, payload_json, idempotency_key,{{if .KeyIndex}} idempotency_enforced,{{end}}
         status, attempt_count, next_attempt_at, created_at)
-    values ({{.Schema}}.integration_outbox_key_id(p_organization_id, p_key), p_organization_id, p_connection_id, v_provider, p_command_type,
+    select {{.Schema}}.integration_outbox_key_id(p_organization_id, p_key), p_organization_id, p_connection_id, c.provider, p_command_type,
         p_entity_type, p_entity_id, p_payload, p_key,{{if .KeyIndex}} true,{{end}}
-        'queued', 0, now(), v_created_at)
+        'queued', 0, now(), v_created_at
+    from {{.Connections}} c
+    where c.id = p_connection_id and c.organization_id = p_organization_id{{if or .KeyIndex .HostKeys}}
+      and not exists (
+            select from {{.Outbox}} o
+            where o.organization_id = p_organization_id and o.idempotency_key = p_key
+              and not o.idempotency_enforced and o.idempotency_key is not null){{end}}{{if and (not .KeyIndex) .KeyProbe}}
+      and not exists (
+            select from {{.Outbox}} o
+            where o.organization_id = p_organization_id and o.idempotency_key = p_key
+              and o.idempotency_enforced){{end}}
     on conflict {{if not .KeyIndex}}(id) {{end}}do nothing
     returning id into v_inserted;
     if v_inserted is not null then
         -- An assignment, not a PERFORM: a plain expression skips the executor.
         v_previous := set_config('integration_outbox.enqueued_at', v_created_at::text, true);
     else
+        -- A missing connection and another organization's read the same, so
+        -- the error tells nothing about other tenants.
+        perform from {{.Connections}} c
+        where c.id = p_connection_id and c.organization_id = p_organization_id;
+        if not found then
+            raise exception 'integration_outbox_enqueue: integration_connection_id % is not a connection of organization %',
+                    p_connection_id, p_organization_id
+                using errcode = 'foreign_key_violation', column = 'integration_connection_id';
+        end if;
         -- A new statement, so a new snapshot under READ COMMITTED: it sees the
         -- row the other transaction committed.
         v_inserted := {{.Schema}}.integration_outbox_enqueue_existing(p_organization_id, p_key);
