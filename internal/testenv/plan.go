@@ -47,6 +47,9 @@ func (f *Fixture) checkPlanUses(t testing.TB, generic bool, index, what, sql str
 				t.Fatal(err)
 			}
 		}
+		// A prepared statement outlives the transaction: deallocated after
+		// its rollback (deferred first, run last), whatever failed.
+		defer conn.Exec(context.WithoutCancel(ctx), "deallocate generic_plan_checked")
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -58,8 +61,6 @@ func (f *Fixture) checkPlanUses(t testing.TB, generic bool, index, what, sql str
 		if _, err := tx.Exec(ctx, "prepare generic_plan_checked as "+sql); err != nil {
 			t.Fatalf("preparing %s: %v", what, err)
 		}
-		// A prepared statement outlives the transaction.
-		defer conn.Exec(context.WithoutCancel(ctx), "deallocate generic_plan_checked")
 		params := make([]string, len(args))
 		for i := range args {
 			params[i] = fmt.Sprintf("$%d", i+1)
