@@ -116,14 +116,8 @@ func keyInTheID(ctx context.Context, db *sql.DB) error {
 	var unique, byID bool
 	if err := inTx(ctx, db, func(tx *sql.Tx) error {
 		var err error
-		if n, err = readEnqueueNames(ctx, tx); err != nil {
+		if n, unique, byID, err = readKeysByID(ctx, tx); err != nil {
 			return err
-		}
-		if err := tx.QueryRowContext(ctx, keyIDUniqueSQL, n.Outbox).Scan(&unique); err != nil {
-			return fmt.Errorf("reading whether the outbox's id is unique: %w", err)
-		}
-		if err := tx.QueryRowContext(ctx, byIDInstalledSQL, n.Schema).Scan(&byID); err != nil {
-			return fmt.Errorf("reading the installed enqueue function: %w", err)
 		}
 		if byID && unique {
 			return nil
@@ -144,6 +138,22 @@ func keyInTheID(ctx context.Context, db *sql.DB) error {
 	// Step 3. After the wait no call of a body from before 25 runs, so the
 	// rows of random ids in the key index can only go, never come.
 	return inTx(ctx, db, func(tx *sql.Tx) error { return applyKeysByID(ctx, tx, n) })
+}
+
+// readKeysByID reads the enqueue functions' names in tx, whether the
+// outbox's id is unique (keyIDUniqueSQL) and whether the installed function
+// already keeps keys by id (byIDInstalledSQL).
+func readKeysByID(ctx context.Context, tx *sql.Tx) (n EnqueueNames, unique, byID bool, err error) {
+	if n, err = readEnqueueNames(ctx, tx); err != nil {
+		return n, false, false, err
+	}
+	if err := tx.QueryRowContext(ctx, keyIDUniqueSQL, n.Outbox).Scan(&unique); err != nil {
+		return n, false, false, fmt.Errorf("reading whether the outbox's id is unique: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, byIDInstalledSQL, n.Schema).Scan(&byID); err != nil {
+		return n, false, false, fmt.Errorf("reading the installed enqueue function: %w", err)
+	}
+	return n, unique, byID, nil
 }
 
 // applyKeysByID applies Enqueue without the key index (n.KeyIndex false),

@@ -3,7 +3,6 @@ package migrations
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"github.com/pressly/goose/v3"
 )
@@ -25,16 +24,9 @@ import (
 var migration26 = goose.NewGoMigration(26, &goose.GoFunc{RunTx: enqueueRedecided}, nil)
 
 func enqueueRedecided(ctx context.Context, tx *sql.Tx) error {
-	n, err := readEnqueueNames(ctx, tx)
+	n, unique, byID, err := readKeysByID(ctx, tx)
 	if err != nil {
 		return err
-	}
-	var unique, byID bool
-	if err := tx.QueryRowContext(ctx, keyIDUniqueSQL, n.Outbox).Scan(&unique); err != nil {
-		return fmt.Errorf("reading whether the outbox's id is unique: %w", err)
-	}
-	if err := tx.QueryRowContext(ctx, byIDInstalledSQL, n.Schema).Scan(&byID); err != nil {
-		return fmt.Errorf("reading the installed enqueue function: %w", err)
 	}
 	if !unique || !byID {
 		n.KeyIndex = true
