@@ -2,10 +2,11 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"integration-outbox/internal/testenv/explain"
 )
 
 // ClaimPlan is the plan (EXPLAIN, format JSON) each claim statement runs
@@ -46,25 +47,7 @@ func (s *Store) statementPlan(ctx context.Context, tx pgx.Tx, sql string, args p
 // explainPrepared prepares sql with args in tx and explains its execution
 // with options (its lines joined): the plan the prepared statement runs.
 func explainPrepared(ctx context.Context, tx pgx.Tx, sql string, args pgx.NamedArgs, options string) (string, error) {
-	sql, values, err := args.RewriteQuery(ctx, tx.Conn(), sql, nil)
-	if err != nil {
-		return "", err
-	}
-	if _, err := tx.Exec(ctx, "prepare explained as "+sql); err != nil {
-		return "", fmt.Errorf("preparing the statement: %w", err)
-	}
-	defer tx.Exec(context.WithoutCancel(ctx), "deallocate explained")
-	params := make([]string, len(values))
-	for i := range values {
-		params[i] = fmt.Sprintf("$%d", i+1)
-	}
-	rows, err := tx.Query(ctx, "explain ("+options+") execute explained("+strings.Join(params, ", ")+")",
-		append([]any{pgx.QueryExecModeSimpleProtocol}, values...)...)
-	if err != nil {
-		return "", err
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	return strings.Join(lines, "\n"), err
+	return explain.Prepared(ctx, tx, sql, args, options)
 }
 
 // The statements whose plans outbox_test checks.

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"integration-outbox/internal/testenv/explain"
 )
 
 // CheckPlanUses fails t unless the plan of sql (with args) on f's database
@@ -34,23 +36,11 @@ func (f *Fixture) checkPlanUses(t testing.TB, generic bool, index, what, sql str
 			t.Fatal(err)
 		}
 	} else {
-		// EXPLAIN of a statement with parameters plans it with their values
-		// (a custom plan) whatever plan_cache_mode says: the generic plan is
-		// the one a prepared statement keeps, explained at its execution.
-		conn, err := f.Pool.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
+		named, ok := singleNamedArgs(args)
+		if !ok {
+			t.Fatalf("the generic plan of %s: the check takes one pgx.NamedArgs", what)
 		}
-		defer conn.Release()
-		if named, ok := singleNamedArgs(args); ok {
-			if sql, args, err = named.RewriteQuery(ctx, conn.Conn(), sql, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-		// A prepared statement outlives the transaction: deallocated after
-		// its rollback (deferred first, run last), whatever failed.
-		defer conn.Exec(context.WithoutCancel(ctx), "deallocate generic_plan_checked")
-		tx, err := conn.Begin(ctx)
+		tx, err := f.Pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,19 +48,11 @@ func (f *Fixture) checkPlanUses(t testing.TB, generic bool, index, what, sql str
 		if _, err := tx.Exec(ctx, "set local plan_cache_mode = force_generic_plan"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(ctx, "prepare generic_plan_checked as "+sql); err != nil {
-			t.Fatalf("preparing %s: %v", what, err)
-		}
-		params := make([]string, len(args))
-		for i := range args {
-			params[i] = fmt.Sprintf("$%d", i+1)
-		}
-		if err := tx.QueryRow(ctx, "explain (format json) execute generic_plan_checked("+strings.Join(params, ", ")+")",
-			append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...).Scan(&plan); err != nil {
-			t.Fatal(err)
+		if plan, err = explain.Prepared(ctx, tx, sql, named, "format json"); err != nil {
+			t.Fatalf("the generic plan of %s: %v", what, err)
 		}
 		// A generic plan keeps the parameters where a custom one has values.
-		if len(args) > 0 && !regexp.MustCompile(`\$[0-9]+`).MatchString(plan) {
+		if len(named) > 0 && !regexp.MustCompile(`\$[0-9]+`).MatchString(plan) {
 			t.Fatalf("the plan of %s names no parameter: not a generic plan", what)
 		}
 	}
