@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,14 +252,17 @@ func (m churnMinute) claimMsPerRow(variant string) float64 {
 	return m.Families[claimFamily(variant)].ExecMs / float64(m.Claimed)
 }
 
-// churnBucket is the width of a churn run's buckets: a minute, or a
-// quarter of a run shorter than three minutes.
+// churnBucket is the width of a churn turn (a bucket of its run): 30
+// seconds in a run of two minutes or more, a quarter of a shorter one.
 func churnBucket(d time.Duration) time.Duration {
-	if d >= 3*time.Minute {
-		return time.Minute
+	if d >= 2*time.Minute {
+		return churnTurn
 	}
 	return max(d/4, time.Second)
 }
+
+// churnTurn is the width of a churn turn in runs of two minutes or more.
+const churnTurn = 30 * time.Second
 
 // bucketOf is the bucket of an event at t in a run of n buckets of width
 // from t0, or -1 outside the run.
@@ -491,8 +495,12 @@ func churnOrders(ctx context.Context, pool *pgxpool.Pool) ([]churnOrder, error) 
 	return inter, nil
 }
 
-// measureChurn runs the churn at every size, ours then the legacy worker,
-// one run at a time, each on its own fresh copy of the size's rows.
+// measureChurn runs the churn at every size: ours, the legacy worker and
+// each lever asked take turns in slices of width (churnBucket), each on its
+// own copy of the size's rows and its own pool that stays open, until each
+// has run for d; the order of the turns reverses every round (ours,
+// legacy, legacy, ours, ...), so that a slow minute of the machine lands
+// on each side alike.
 func measureChurn(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []int, rate int, d time.Duration, levers churnLevers) ([]churnRun, error) {
 	var out []churnRun
 	width := churnBucket(d)
@@ -504,29 +512,25 @@ func measureChurn(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []
 		loadFor := time.Since(t)
 		if err == nil {
 			log.Info("churn outbox loaded", "rows", size, "took", loadFor.Round(time.Millisecond))
-			variants := []string{churnOurs, churnLegacy}
+			names := []string{churnOurs, churnLegacy}
 			if levers.PlainInsert {
-				variants = append(variants, churnPlainInsert)
+				names = append(names, churnPlainInsert)
 			}
 			if levers.KeyIndex {
-				variants = append(variants, churnKeyIndex)
+				names = append(names, churnKeyIndex)
 			}
 			if levers.Fillfactor != 0 {
-				variants = append(variants, churnFillfactor(levers.Fillfactor))
+				names = append(names, churnFillfactor(levers.Fillfactor))
 			}
-			for _, v := range variants {
-				var r churnRun
-				r, err = runChurn(ctx, env, dbs[v], v, size, rate, width, n)
-				if err != nil {
-					err = fmt.Errorf("%s, %d rows: %w", v, size, err)
-					break
-				}
-				r.LoadFor = loadFor
-				st := r.steady()
-				log.Info("churn run", "variant", v, "rows", size, "claimP50", percentile(st.Claims, 0.5),
-					"cpuPerCompleted", st.cpuPerCompleted(), "completed", st.Completed, "backlog", r.Backlog, "failures", r.Failures)
-				out = append(out, r)
+			var runs []churnRun
+			runs, err = runChurn(ctx, log, env, dbs, names, size, rate, width, n)
+			for i := range runs {
+				runs[i].LoadFor = loadFor
+				st := runs[i].steady()
+				log.Info("churn run", "variant", runs[i].Variant, "rows", size, "claimP50", percentile(st.Claims, 0.5),
+					"cpuPerCompleted", st.cpuPerCompleted(), "completed", st.Completed, "backlog", runs[i].Backlog, "failures", runs[i].Failures)
 			}
+			out = append(out, runs...)
 		}
 		for _, url := range dbs {
 			if derr := env.dropDatabase(context.WithoutCancel(ctx), url); derr != nil && err == nil {
@@ -540,95 +544,172 @@ func measureChurn(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []
 	return out, nil
 }
 
-// runChurn runs one configuration for n buckets of width.
-func runChurn(ctx context.Context, env *benchEnv, url, variant string, size, rate int, width time.Duration, n int) (churnRun, error) {
-	run := churnRun{Variant: variant, Rows: size, Rate: rate, Bucket: width}
+// churnMeterEvery is how often the churn's dbMeter samples the cluster's
+// processes.
+const churnMeterEvery = 100 * time.Millisecond
+
+// churnVariant is one variant's side of the churn: its pool, and what
+// carries from one of its slices to the next (the keys enqueued so far, the
+// claim's walk, the claims made), as it would in a process that runs on.
+type churnVariant struct {
+	name    string
+	db      string // its database's name
+	pool    *pgxpool.Pool
+	orders  []churnOrder
+	store   *outbox.Store
+	command *purchaseorder.Command
+	params  outbox.ClaimParams
+	// enqueued and claims count the enqueues and claims of its slices so
+	// far: the next enqueue's key, the sweep's turn.
+	enqueued, claims int
+	run              churnRun
+	// carry is CPU its database's processes spent in the turns of
+	// others before its first slice (its autovacuum), added to that slice.
+	carry time.Duration
+}
+
+// runChurn runs the variants names, whose databases dbs holds, in turns of
+// width until each has run n of them.
+func runChurn(ctx context.Context, log *slog.Logger, env *benchEnv, dbs map[string]string, names []string, size, rate int, width time.Duration, n int) ([]churnRun, error) {
+	vs := make([]*churnVariant, len(names))
+	for i, name := range names {
+		v, err := openChurnVariant(ctx, dbs[name], name)
+		if err != nil {
+			for _, o := range vs[:i] {
+				o.pool.Close()
+			}
+			return nil, fmt.Errorf("%s, %d rows: %w", name, size, err)
+		}
+		defer v.pool.Close()
+		v.run = churnRun{Variant: name, Rows: size, Rate: rate, Bucket: width}
+		vs[i] = v
+	}
+	// pg_stat_statements: one reset for every database (the figures are
+	// differences between the slices' ends).
+	if _, err := vs[0].pool.Exec(ctx, "select pg_stat_statements_reset()"); err != nil {
+		return nil, fmt.Errorf("resetting pg_stat_statements: %w", err)
+	}
+	meter := newDBMeter(env.postmaster)
+	meterCtx, stopMeter := context.WithCancel(ctx)
+	defer stopMeter()
+	go meter.run(meterCtx, churnMeterEvery)
+	for round := range n {
+		order := slices.Clone(vs)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, v := range order {
+			if err := v.slice(ctx, meter, vs, rate, width); err != nil {
+				return nil, fmt.Errorf("%s, %d rows, turn %d: %w", v.name, size, round+1, err)
+			}
+			log.Debug("churn turn", "variant", v.name, "rows", size, "turn", round+1)
+		}
+	}
+	out := make([]churnRun, len(vs))
+	for i, v := range vs {
+		if err := v.pool.QueryRow(ctx, `select count(*) from external_integration_outbox where status in ('queued', 'failed')`).Scan(&v.run.Backlog); err != nil {
+			return nil, fmt.Errorf("%s: counting the backlog: %w", v.name, err)
+		}
+		out[i] = v.run
+	}
+	return out, nil
+}
+
+// openChurnVariant opens variant's pool on the database at url and reads
+// its producers' orders.
+func openChurnVariant(ctx context.Context, url, variant string) (*churnVariant, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return run, err
+		return nil, err
 	}
 	cfg.MaxConns = churnPoolSize
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return run, err
+		return nil, err
 	}
-	defer pool.Close()
-	orders, err := churnOrders(ctx, pool)
+	v := &churnVariant{name: variant, db: cfg.ConnConfig.Database, pool: pool,
+		store: outbox.NewStore(pool).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute}),
+		// One command for the run, as a push container holds one (its
+		// catalog of routines is read once; before 2026-12-06 each group
+		// made its own and read it again: one statement more per 10
+		// commands).
+		command: purchaseorder.NewCommand(pool),
+		params: outbox.ClaimParams{Limit: claimLimit, MaxAttempts: 10, Lease: 900 * time.Second,
+			MaxInFlight: 5000, ConnectionMaxInFlight: 10, After: "00000000-0000-0000-0000-000000000000"}}
+	if v.orders, err = churnOrders(ctx, pool); err == nil {
+		_, err = pool.Exec(ctx, "create extension if not exists pg_stat_statements")
+	}
 	if err != nil {
-		return run, err
+		pool.Close()
+		return nil, err
 	}
-	if _, err := pool.Exec(ctx, "create extension if not exists pg_stat_statements"); err != nil {
-		return run, fmt.Errorf("creating pg_stat_statements: %w", err)
-	}
-	if _, err := pool.Exec(ctx, "select pg_stat_statements_reset()"); err != nil {
-		return run, fmt.Errorf("resetting pg_stat_statements: %w", err)
-	}
+	return v, nil
+}
 
-	// Snapshots at every bucket boundary: the cluster's CPU and the
-	// statements' totals.
-	type snapshot struct {
-		cpu      time.Duration
-		families map[string]familyUse
-		versions rowVersions
-	}
-	take := func() (snapshot, error) {
-		f, err := readFamilies(ctx, pool, familyOf)
-		if err != nil {
-			return snapshot{}, err
-		}
-		v, err := readVersions(ctx, pool)
-		return snapshot{cpu: sampleCPU(env.postmaster).Postgres, families: f, versions: v}, err
-	}
-	snaps := make([]snapshot, 0, n+1)
-	s0, err := take()
+// slice runs one turn of v for width: producers and claims until it ends,
+// then its workers finish what was claimed. It appends the turn to v's run
+// as one bucket: the cluster's CPU is what v's database's processes spent
+// in it, with the cluster's shared processes (checkpointer, WAL writer...);
+// what another variant's database spent meanwhile (its autovacuum) goes to
+// that variant's latest bucket.
+func (v *churnVariant) slice(ctx context.Context, meter *dbMeter, all []*churnVariant, rate int, width time.Duration) error {
+	f0, err := readFamilies(ctx, v.pool, familyOf)
 	if err != nil {
-		return run, err
+		return err
 	}
-	snaps = append(snaps, s0)
+	r0, err := readVersions(ctx, v.pool)
+	if err != nil {
+		return err
+	}
+	use0 := meter.totals()
 	t0 := time.Now()
-	ev := newChurnEvents(t0, width, n)
-	runCtx, stop := context.WithDeadline(ctx, t0.Add(time.Duration(n)*width))
+	// One bucket: the turn and the finishing of its claims.
+	ev := newChurnEvents(t0, 24*time.Hour, 1)
+	runCtx, stop := context.WithDeadline(ctx, t0.Add(width))
 	defer stop()
-
-	var workers sync.WaitGroup
-	var loops sync.WaitGroup
+	var workers, loops sync.WaitGroup
 	loops.Add(2)
-	go func() { defer loops.Done(); produce(runCtx, pool, variant, orders, rate, ev, &workers) }()
-	go func() { defer loops.Done(); claimLoop(runCtx, ctx, pool, variant, ev, &workers) }()
-	for i := 1; i <= n; i++ {
-		select {
-		case <-ctx.Done():
-			return run, ctx.Err()
-		case <-time.After(time.Until(t0.Add(time.Duration(i) * width))):
-		}
-		s, err := take()
-		if err != nil {
-			return run, err
-		}
-		snaps = append(snaps, s)
-	}
+	go func() { defer loops.Done(); v.produce(runCtx, rate, ev, &workers) }()
+	go func() { defer loops.Done(); v.claimLoop(runCtx, ctx, ev, &workers) }()
 	loops.Wait()
 	workers.Wait()
-	if err := pool.QueryRow(ctx, `select count(*) from external_integration_outbox where status in ('queued', 'failed')`).Scan(&run.Backlog); err != nil {
-		return run, fmt.Errorf("counting the backlog: %w", err)
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	ev.mu.Lock()
-	defer ev.mu.Unlock()
-	for i := range n {
-		m := ev.minutes[i]
-		m.Postgres = snaps[i+1].cpu - snaps[i].cpu
-		m.Versions = snaps[i+1].versions.sub(snaps[i].versions)
-		for k, v := range snaps[i+1].families {
-			p := snaps[i].families[k]
-			m.Families[k] = familyUse{Calls: v.Calls - p.Calls, ExecMs: v.ExecMs - p.ExecMs, Rows: v.Rows - p.Rows}
+	use1 := meter.totals()
+	f1, err := readFamilies(ctx, v.pool, familyOf)
+	if err != nil {
+		return err
+	}
+	r1, err := readVersions(ctx, v.pool)
+	if err != nil {
+		return err
+	}
+	m := ev.minutes[0]
+	m.Postgres = use1[v.db] - use0[v.db] + use1[""] - use0[""] + v.carry
+	v.carry = 0
+	m.Versions = r1.sub(r0)
+	for k, u := range f1 {
+		p := f0[k]
+		m.Families[k] = familyUse{Calls: u.Calls - p.Calls, ExecMs: u.ExecMs - p.ExecMs, Rows: u.Rows - p.Rows}
+	}
+	v.run.Minutes = append(v.run.Minutes, m)
+	for _, o := range all {
+		if o == v {
+			continue
 		}
-		run.Minutes = append(run.Minutes, m)
+		spent := use1[o.db] - use0[o.db]
+		if len(o.run.Minutes) == 0 {
+			o.carry += spent
+		} else {
+			o.run.Minutes[len(o.run.Minutes)-1].Postgres += spent
+		}
 	}
-	run.Failures = ev.failures.Load()
-	if f, ok := ev.firstFail.Load().(string); ok {
-		run.FirstFailure = f
+	v.run.Failures += ev.failures.Load()
+	if f, ok := ev.firstFail.Load().(string); ok && v.run.FirstFailure == "" {
+		v.run.FirstFailure = f
 	}
-	return run, nil
+	return nil
 }
 
 // querier is a pool or a connection.
@@ -666,27 +747,28 @@ func readFamilies(ctx context.Context, db querier, classify func(query string) s
 	return out, nil
 }
 
-// produce enqueues at rate per second, each enqueue from its own goroutine
-// (independent host requests), round-robin over the organizations' orders.
-func produce(ctx context.Context, pool *pgxpool.Pool, variant string, orders []churnOrder, rate int, ev *churnEvents, wg *sync.WaitGroup) {
+// produce enqueues at rate per second until ctx ends, each enqueue from its
+// own goroutine (independent host requests), round-robin over the
+// organizations' orders.
+func (v *churnVariant) produce(ctx context.Context, rate int, ev *churnEvents, wg *sync.WaitGroup) {
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
-	for i := 0; ; i++ {
+	for ; ; v.enqueued++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		o := orders[i%len(orders)]
-		key := fmt.Sprintf("churn-%d", i)
+		o := v.orders[v.enqueued%len(v.orders)]
+		key := fmt.Sprintf("churn-%d", v.enqueued)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var err error
-			if variant == churnLegacy || variant == churnPlainInsert {
-				_, err = pool.Exec(ctx, legacyInsertSQL, pgx.QueryExecModeExec, o.org, o.conn, o.id, churnPayload, key)
+			if v.name == churnLegacy || v.name == churnPlainInsert {
+				_, err = v.pool.Exec(ctx, legacyInsertSQL, pgx.QueryExecModeExec, o.org, o.conn, o.id, churnPayload, key)
 			} else {
-				_, err = pool.Exec(ctx, churnEnqueueSQL, pgx.QueryExecModeExec, o.org, o.conn, o.id, churnPayload, key)
+				_, err = v.pool.Exec(ctx, churnEnqueueSQL, pgx.QueryExecModeExec, o.org, o.conn, o.id, churnPayload, key)
 			}
 			if err != nil {
 				ev.fail(fmt.Errorf("enqueue: %w", err))
@@ -700,17 +782,10 @@ func produce(ctx context.Context, pool *pgxpool.Pool, variant string, orders []c
 // claimLoop claims every churnClaimEvery until runCtx ends and hands each
 // batch to workers in groups of churnGroup; the workers run on ctx, so that
 // what was claimed is finished.
-func claimLoop(runCtx, ctx context.Context, pool *pgxpool.Pool, variant string, ev *churnEvents, wg *sync.WaitGroup) {
+func (v *churnVariant) claimLoop(runCtx, ctx context.Context, ev *churnEvents, wg *sync.WaitGroup) {
 	tick := time.NewTicker(churnClaimEvery)
 	defer tick.Stop()
-	store := outbox.NewStore(pool).WithCircuit(outbox.Circuit{FailureThreshold: 5, Cooldown: time.Minute})
-	// One command for the run, as a push container holds one (its catalog
-	// of routines is read once; before 2026-12-06 each group made its own
-	// and read it again: one statement more per 10 commands).
-	command := purchaseorder.NewCommand(pool)
-	params := outbox.ClaimParams{Limit: claimLimit, MaxAttempts: 10, Lease: 900 * time.Second,
-		MaxInFlight: 5000, ConnectionMaxInFlight: 10, After: "00000000-0000-0000-0000-000000000000"}
-	for i := 0; ; i++ {
+	for ; ; v.claims++ {
 		select {
 		case <-runCtx.Done():
 			return
@@ -723,19 +798,19 @@ func claimLoop(runCtx, ctx context.Context, pool *pgxpool.Pool, variant string, 
 			began  = time.Now()
 			took   time.Duration
 		)
-		if variant == churnLegacy {
-			claims, err = legacyClaim(runCtx, pool)
+		if v.name == churnLegacy {
+			claims, err = legacyClaim(runCtx, v.pool)
 			took = time.Since(began)
 		} else {
-			if i%churnSweepEvery == 0 {
-				if _, err := store.DeadLetterExpired(runCtx, params); err != nil {
+			if v.claims%churnSweepEvery == 0 {
+				if _, err := v.store.DeadLetterExpired(runCtx, v.params); err != nil {
 					ev.fail(fmt.Errorf("sweep: %w", err))
 				}
 				began = time.Now()
 			}
-			batch, err = store.ClaimBatch(runCtx, params)
+			batch, err = v.store.ClaimBatch(runCtx, v.params)
 			took = time.Since(began)
-			params.After = batch.NextAfter(params.After)
+			v.params.After = batch.NextAfter(v.params.After)
 		}
 		if err != nil {
 			ev.fail(fmt.Errorf("claim: %w", err))
@@ -746,10 +821,10 @@ func claimLoop(runCtx, ctx context.Context, pool *pgxpool.Pool, variant string, 
 		for lo := 0; lo < got; lo += churnGroup {
 			hi := min(lo+churnGroup, got)
 			wg.Add(1)
-			if variant == churnLegacy {
-				go func() { defer wg.Done(); legacyWork(ctx, pool, claims[lo:hi], ev) }()
+			if v.name == churnLegacy {
+				go func() { defer wg.Done(); legacyWork(ctx, v.pool, claims[lo:hi], ev) }()
 			} else {
-				go func() { defer wg.Done(); ourWork(ctx, store, command, batch.Claims[lo:hi], ev) }()
+				go func() { defer wg.Done(); ourWork(ctx, v.store, v.command, batch.Claims[lo:hi], ev) }()
 			}
 		}
 	}
@@ -976,25 +1051,25 @@ func churnMarkdown(runs []churnRun) string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	r0 := runs[0]
 	p("\n## Churn\n\n")
-	p("Each starting size is bulk-loaded set-based into a fresh migrated database (%d organizations with a connection each; every outbox row `completed`, created a second apart up to now; the producers' purchase orders inserted up front), then one `ANALYZE`, and cloned (`create database ... template ... strategy file_copy`) for the legacy worker with every outbox index but the primary key dropped and a plain `(status, created_at)` index added. Autovacuum stays at its defaults and nothing runs `VACUUM`. The runs go one after the other, each for %s, on a pool of %d connections:\n\n",
-		churnOrgs, r0.Bucket*time.Duration(len(r0.Minutes)), churnPoolSize)
+	p("Each starting size is bulk-loaded set-based into a fresh migrated database (%d organizations with a connection each; every outbox row `completed`, created a second apart up to now; the producers' purchase orders inserted up front), then one `ANALYZE`, and cloned (`create database ... template ... strategy file_copy`) for the legacy worker with every outbox index but the primary key dropped and a plain `(status, created_at)` index added, and for each lever run. Autovacuum stays at its defaults and nothing runs `VACUUM`. The variants take turns of %s on one server, each on its own database and its own pool of %d connections that stays open, until each has run %d turns (%s); the order of the turns reverses every round (ours, legacy, legacy, ours, ...), so that a slow minute of the machine lands on each side alike. A turn runs its producers and claims for its length, then its workers finish what it claimed; what it enqueued and left unclaimed waits for its next turn:\n\n",
+		churnOrgs, r0.Bucket, churnPoolSize, len(r0.Minutes), r0.Bucket*time.Duration(len(r0.Minutes)))
 	p("- **Producers**: %d enqueues a second (one per tick, each from its own goroutine, as independent host requests), round-robin over the organizations, each for a purchase order of its own; ours through `select integration_outbox_enqueue(...)`, the legacy host through a plain `INSERT`; both sent as node-postgres sends a parameterised query (an unnamed statement, planned per call).\n", r0.Rate)
 	p("- **Ours**: every %s a claim of %d through `outbox.Store.ClaimBatch` (circuit breaker on, DISPATCH_MAX_IN_FLIGHT 5,000, CONNECTION_MAX_IN_FLIGHT 10, the organization walk rotated as the dispatcher does), the dead-letter sweep (`DeadLetterExpired`) before every %dth claim as once per dispatch run; each batch goes in groups of %d to concurrent workers that `Start` them, load their purchase orders (`purchaseorder.Command.Load`), wait %s for a fake provider call, and `Record` them completed (provider called, circuit success).\n", churnClaimEvery, claimLimit, churnSweepEvery, churnGroup, churnFakeCall)
 	p("- **Legacy**: every %s its claim (`bench/testdata/legacy_claim.sql` verbatim, limit %d); each batch in groups of %d to concurrent workers that, job after job, select the purchase order, load the connection, wait %s, and update the row to `completed`.\n\n", churnClaimEvery, claimLimit, churnGroup, churnFakeCall)
-	p("Per bucket of %s: claim latency p50/p95 (ours: `ClaimBatch`, its transaction included; legacy: the statement), rows claimed and completed, the cluster's CPU (`/proc`: postmaster, its reaped and live children, autovacuum included) per completed command, the claim's server execution time per claimed row, the outbox's row versions written per completed command (`pg_stat_user_tables`: inserts and updates, and the share of the updates that were HOT, writing no index entry), and each statement family's share of the server's execution time (`pg_stat_statements` top-level entries of the database, reset at the start). Steady state is every bucket after the first.\n\n", r0.Bucket)
+	p("Per turn: claim latency p50/p95 (ours: `ClaimBatch`, its transaction included; legacy: the statement), rows claimed and completed, PostgreSQL's CPU per completed command (`/proc/<pid>/schedstat` of the server's processes, sampled every %s and charged by process title: the variant's backends, its database's autovacuum workers and its parallel workers wherever they ran, and the cluster's shared processes, checkpointer and WAL writer included, during its turn), the claim's server execution time per claimed row, the outbox's row versions written per completed command (`pg_stat_user_tables`: inserts and updates, and the share of the updates that were HOT, writing no index entry), and each statement family's share of the server's execution time (`pg_stat_statements` top-level entries of the database). Steady state is every turn after the first.\n\n", churnMeterEvery)
 	for _, r := range runs {
 		p("**%s, from %s rows** (load %s; backlog at the end %d due rows", r.Variant, rows(r.Rows), r.LoadFor.Round(time.Second), r.Backlog)
 		if r.Failures > 0 {
 			p("; %d failures, first: %s", r.Failures, clip(r.FirstFailure, 200))
 		}
-		p(")\n\n| Bucket | Enqueued | Claimed | Completed | Claim p50 | Claim p95 | PostgreSQL CPU per completed | Claim time per claimed row | Outbox row versions per completed | Execution time shares |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		p(")\n\n| Turn | Enqueued | Claimed | Completed | Claim p50 | Claim p95 | PostgreSQL CPU per completed | Claim time per claimed row | Outbox row versions per completed | Execution time shares |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		row := func(name string, m churnMinute) {
 			p("| %s | %d | %d | %d | %s | %s | %s | %.4f ms | %s | %s |\n", name, m.Enqueued, m.Claimed, m.Completed,
 				ms(percentile(m.Claims, 0.5)), ms(percentile(m.Claims, 0.95)), usMs(m.cpuPerCompleted()), m.claimMsPerRow(r.Variant),
 				m.versionsPerCompleted(), churnShares(m))
 		}
 		for i, m := range r.Minutes {
-			row(fmt.Sprintf("%d (from %s)", i+1, r.Bucket*time.Duration(i)), m)
+			row(strconv.Itoa(i+1), m)
 		}
 		row("steady state", r.steady())
 		p("\n")

@@ -29,8 +29,9 @@ func TestBucketOf(t *testing.T) {
 
 func TestChurnBucket(t *testing.T) {
 	cases := map[time.Duration]time.Duration{
-		6 * time.Minute:  time.Minute,
-		3 * time.Minute:  time.Minute,
+		6 * time.Minute:  30 * time.Second,
+		3 * time.Minute:  30 * time.Second,
+		2 * time.Minute:  30 * time.Second,
 		40 * time.Second: 10 * time.Second,
 		2 * time.Second:  time.Second,
 	}
