@@ -142,7 +142,11 @@ type churnMinute struct {
 	Enqueued, Claimed, Completed int
 	Claims                       []time.Duration
 	Postgres                     time.Duration
-	Families                     map[string]familyUse
+	// Autovacuum and Shared are the parts of Postgres its database's
+	// autovacuum workers and the cluster's shared processes spent (the rest
+	// is its backends').
+	Autovacuum, Shared time.Duration
+	Families           map[string]familyUse
 	Versions                     rowVersions
 }
 
@@ -189,11 +193,18 @@ func readVersions(ctx context.Context, pool *pgxpool.Pool) (rowVersions, error) 
 	return v, nil
 }
 
-func (m churnMinute) cpuPerCompleted() time.Duration {
+func (m churnMinute) cpuPerCompleted() time.Duration { return m.perCompleted(m.Postgres) }
+
+// backends is what the variant's backends spent: Postgres without its
+// autovacuum and the shared processes.
+func (m churnMinute) backends() time.Duration { return m.Postgres - m.Autovacuum - m.Shared }
+
+// perCompleted is d per completed command.
+func (m churnMinute) perCompleted(d time.Duration) time.Duration {
 	if m.Completed == 0 {
 		return 0
 	}
-	return m.Postgres / time.Duration(m.Completed)
+	return d / time.Duration(m.Completed)
 }
 
 // claimFamily is the family of the run's claim.
@@ -232,6 +243,8 @@ func (r churnRun) steady() churnMinute {
 		out.Completed += m.Completed
 		out.Claims = append(out.Claims, m.Claims...)
 		out.Postgres += m.Postgres
+		out.Autovacuum += m.Autovacuum
+		out.Shared += m.Shared
 		out.Versions = out.Versions.add(m.Versions)
 		for k, v := range m.Families {
 			f := out.Families[k]
@@ -564,7 +577,8 @@ type churnVariant struct {
 	enqueued, claims int
 	run              churnRun
 	// carry is CPU its database's processes spent in the turns of
-	// others before its first slice (its autovacuum), added to that slice.
+	// others before its first slice (its autovacuum), added to that slice
+	// (as autovacuum: its pool is idle meanwhile).
 	carry time.Duration
 }
 
@@ -686,7 +700,10 @@ func (v *churnVariant) slice(ctx context.Context, meter *dbMeter, all []*churnVa
 		return err
 	}
 	m := ev.minutes[0]
-	m.Postgres = use1[v.db] - use0[v.db] + use1[""] - use0[""] + v.carry
+	av := autovacuumOf(v.db)
+	m.Autovacuum = use1[av] - use0[av] + v.carry
+	m.Shared = use1[""] - use0[""]
+	m.Postgres = use1[v.db] - use0[v.db] + m.Autovacuum + m.Shared
 	v.carry = 0
 	m.Versions = r1.sub(r0)
 	for k, u := range f1 {
@@ -698,11 +715,16 @@ func (v *churnVariant) slice(ctx context.Context, meter *dbMeter, all []*churnVa
 		if o == v {
 			continue
 		}
-		spent := use1[o.db] - use0[o.db]
+		// While it waits its pool is idle; its autovacuum may work.
+		av := autovacuumOf(o.db)
+		vacuumed := use1[av] - use0[av]
+		spent := use1[o.db] - use0[o.db] + vacuumed
 		if len(o.run.Minutes) == 0 {
 			o.carry += spent
 		} else {
-			o.run.Minutes[len(o.run.Minutes)-1].Postgres += spent
+			last := &o.run.Minutes[len(o.run.Minutes)-1]
+			last.Postgres += spent
+			last.Autovacuum += vacuumed
 		}
 	}
 	v.run.Failures += ev.failures.Load()
@@ -982,7 +1004,11 @@ func churnRows(runs []churnRun) []tableRow {
 		t = append(t, tableRow{"10", fmt.Sprintf("Churn from %s rows (%d enqueues/s, claims of %d every %s, autovacuum on): PostgreSQL CPU per completed command, enqueue included, steady state", rows(size), ours.Rate, claimLimit, churnClaimEvery),
 			fmt.Sprintf("%s (%d completed; claim p50 %s, p95 %s; backlog at the end %d)", usMs(o.cpuPerCompleted()), o.Completed, ms(percentile(o.Claims, 0.5)), ms(percentile(o.Claims, 0.95)), ours.Backlog),
 			fmt.Sprintf("legacy: %s (%d completed; claim p50 %s, p95 %s; backlog at the end %d)", usMs(l.cpuPerCompleted()), l.Completed, ms(percentile(l.Claims, 0.5)), ms(percentile(l.Claims, 0.95)), legacy.Backlog),
-			"ours/legacy " + x(ratio), fmt.Sprintf("≤ %.1f×", targetChurnCPU), status(ratio <= targetChurnCPU)})
+			fmt.Sprintf("ours/legacy %s (backends %s, autovacuum %s, shared %s)", x(ratio),
+				x(float64(o.perCompleted(o.backends()))/float64(max(l.perCompleted(l.backends()), 1))),
+				x(float64(o.perCompleted(o.Autovacuum))/float64(max(l.perCompleted(l.Autovacuum), 1))),
+				x(float64(o.perCompleted(o.Shared))/float64(max(l.perCompleted(l.Shared), 1)))),
+			fmt.Sprintf("≤ %.1f×", targetChurnCPU), status(ratio <= targetChurnCPU)})
 		t = append(t, tableRow{"10", fmt.Sprintf("Churn from %s rows: outbox row versions written per completed command (insert and updates), HOT share of the updates, steady state", rows(size)),
 			o.versionsPerCompleted(), "legacy: " + l.versionsPerCompleted(), "", "two updates per job", "reported"})
 		for _, r := range runs {
@@ -1015,7 +1041,9 @@ func churnRows(runs []churnRun) []tableRow {
 }
 
 // churnShares renders each family's share of the statements' execution time.
-func churnShares(m churnMinute) string { return executionShares(m.Families, churnFamilyOrder, 0) }
+func churnShares(m churnMinute) string {
+	return executionShares(m.Families, churnFamilyOrder, m.Completed)
+}
 
 // executionShares renders each family's share of the statements' execution
 // time, in order (a family missing from order is left out), and, when jobs
@@ -1062,10 +1090,11 @@ func churnMarkdown(runs []churnRun) string {
 		if r.Failures > 0 {
 			p("; %d failures, first: %s", r.Failures, clip(r.FirstFailure, 200))
 		}
-		p(")\n\n| Turn | Enqueued | Claimed | Completed | Claim p50 | Claim p95 | PostgreSQL CPU per completed | Claim time per claimed row | Outbox row versions per completed | Execution time shares |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		p(")\n\n| Turn | Enqueued | Claimed | Completed | Claim p50 | Claim p95 | PostgreSQL CPU per completed | of which autovacuum / shared processes | Claim time per claimed row | Outbox row versions per completed | Execution time shares (ms per 1,000 completed) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		row := func(name string, m churnMinute) {
-			p("| %s | %d | %d | %d | %s | %s | %s | %.4f ms | %s | %s |\n", name, m.Enqueued, m.Claimed, m.Completed,
-				ms(percentile(m.Claims, 0.5)), ms(percentile(m.Claims, 0.95)), usMs(m.cpuPerCompleted()), m.claimMsPerRow(r.Variant),
+			p("| %s | %d | %d | %d | %s | %s | %s | %s / %s | %.4f ms | %s | %s |\n", name, m.Enqueued, m.Claimed, m.Completed,
+				ms(percentile(m.Claims, 0.5)), ms(percentile(m.Claims, 0.95)), usMs(m.cpuPerCompleted()),
+				usMs(m.perCompleted(m.Autovacuum)), usMs(m.perCompleted(m.Shared)), m.claimMsPerRow(r.Variant),
 				m.versionsPerCompleted(), churnShares(m))
 		}
 		for i, m := range r.Minutes {

@@ -87,7 +87,9 @@ func TestSteadyDropsTheFirstBucket(t *testing.T) {
 	if got := percentile(s.Claims, 0.5); got != 5*ms {
 		t.Errorf("claim p50 = %s, want 5ms", got)
 	}
-	if got := churnShares(s); got != "enqueue 77%, claim 23%" {
+	// Each family's share, and its execution time per 1,000 completed
+	// commands (20 ms of enqueue and 6 ms of claim over 400).
+	if got := churnShares(s); got != "enqueue 77% (50 ms), claim 23% (15 ms)" {
 		t.Errorf("shares = %q", got)
 	}
 	one := churnRun{Minutes: r.Minutes[:1]}
@@ -108,12 +110,18 @@ func TestChurnRowsCompareOursWithLegacyAndSizes(t *testing.T) {
 		run(churnOurs, 40000, 500*ms, 5*ms, 10), run(churnLegacy, 40000, 400*ms, 12*ms, 30),
 		run(churnOurs, 1000000, 600*ms, 10*ms, 12), run(churnLegacy, 1000000, 400*ms, 300*ms, 900),
 	}
+	// Ours at 40k: 500 ms of which autovacuum 200, shared 50 (backends
+	// 250); legacy: 400 of which autovacuum 50, shared 50 (backends 300).
+	for i := range runs[0].Minutes {
+		runs[0].Minutes[i].Autovacuum, runs[0].Minutes[i].Shared = 200*ms, 50*ms
+		runs[1].Minutes[i].Autovacuum, runs[1].Minutes[i].Shared = 50*ms, 50*ms
+	}
 	rows := churnRows(runs)
 	// Per size: the CPU row and the row versions row; then the sizes row.
 	if len(rows) != 5 {
 		t.Fatalf("got %d rows, want 5", len(rows))
 	}
-	if rows[0].ratio != "ours/legacy 1.25×" || rows[0].status == "met" {
+	if rows[0].ratio != "ours/legacy 1.25× (backends 0.83×, autovacuum 4.00×, shared 1.00×)" || rows[0].status == "met" {
 		t.Errorf("40k CPU row: ratio %q status %q", rows[0].ratio, rows[0].status)
 	}
 	// Two steady buckets of 1,000 completed, 1,000 inserts, 3,000 updates of

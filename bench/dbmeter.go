@@ -58,7 +58,9 @@ func (m *dbMeter) run(ctx context.Context, every time.Duration) {
 }
 
 // totals samples once more and returns the CPU time each database's
-// processes spent since the meter started ("" is shared).
+// processes spent since the meter started: a database's name keys its
+// backends' time, autovacuumOf(name) its autovacuum workers', "" the
+// shared processes'.
 func (m *dbMeter) totals() map[string]time.Duration {
 	m.sample()
 	m.mu.Lock()
@@ -86,6 +88,9 @@ func (m *dbMeter) sample() {
 				title = processTitle(leader)
 			}
 			p.db = titleDatabase(title)
+			if strings.HasPrefix(title, "postgres: autovacuum worker ") {
+				p.db = autovacuumOf(p.db)
+			}
 		}
 		if run := procRunTime(pid); run > p.run {
 			m.use[p.db] += run - p.run
@@ -99,6 +104,10 @@ func (m *dbMeter) sample() {
 		}
 	}
 }
+
+// autovacuumOf is the key of db's autovacuum workers in a dbMeter's
+// totals (db's own key holds its backends and their parallel workers).
+func autovacuumOf(db string) string { return "autovacuum:" + db }
 
 // processTitle is /proc/<pid>/cmdline as ps shows it.
 func processTitle(pid int) string {
