@@ -147,7 +147,7 @@ type churnMinute struct {
 	// is its backends').
 	Autovacuum, Shared time.Duration
 	Families           map[string]familyUse
-	Versions                     rowVersions
+	Versions           rowVersions
 }
 
 // rowVersions counts the outbox's row versions written

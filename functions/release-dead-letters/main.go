@@ -5,10 +5,10 @@
 // (internal/deadletter).
 package main
 
-import "integration-outbox/internal/app"
+import "integration-outbox/internal/appbase"
 
 func main() {
-	app.Start("release-dead-letters", 0, func(a *app.App) (any, error) {
+	appbase.Start("release-dead-letters", 0, func(a *appbase.App) (any, error) {
 		r, err := a.DeadLetterReleaser()
 		return r.Handle, err
 	})

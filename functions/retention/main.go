@@ -4,10 +4,10 @@
 // nothing.
 package main
 
-import "integration-outbox/internal/app"
+import "integration-outbox/internal/appbase"
 
 func main() {
-	app.Start("retention", 0, func(a *app.App) (any, error) {
+	appbase.Start("retention", 0, func(a *appbase.App) (any, error) {
 		s, err := a.Sweeper()
 		return s.Handle, err
 	})

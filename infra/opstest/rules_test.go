@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -297,5 +298,31 @@ func TestFunctionsDoNotLinkTheDefaultConfigChain(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "github.com/aws/aws-sdk-go-v2/config\n") {
 		t.Error("the operator tools do not use the default configuration chain")
+	}
+}
+
+// The functions that consume the dead-letter queue and apply retention need
+// none of the pipeline: they start on internal/appbase, and their
+// bootstraps link neither internal/app nor what it brings (the providers,
+// the credential resolver, EventBridge; 0.5 MiB of each bootstrap).
+func TestLightFunctionsDoNotLinkThePipeline(t *testing.T) {
+	t.Parallel()
+	for _, fn := range []string{"release-dead-letters", "retention"} {
+		cmd := exec.Command("go", "list", "-deps", "-tags", "lambda.norpc", "./functions/"+fn)
+		cmd.Dir = repoRoot
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps := strings.Fields(string(out))
+		if !slices.Contains(deps, "integration-outbox/internal/appbase") {
+			t.Fatalf("functions/%s does not start on internal/appbase; its dependencies look wrong:\n%s", fn, out)
+		}
+		for _, pkg := range deps {
+			if pkg == "integration-outbox/internal/app" || pkg == "integration-outbox/internal/provider" ||
+				pkg == "integration-outbox/internal/credential" || strings.HasSuffix(pkg, "/service/eventbridge") {
+				t.Errorf("functions/%s links %s", fn, pkg)
+			}
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"integration-outbox/internal/app"
+	"integration-outbox/internal/appbase"
 	"integration-outbox/internal/config"
 	"integration-outbox/internal/testenv"
 )
@@ -33,7 +34,7 @@ func TestRerunDispatchPushRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &app.App{Config: cfg, Logger: slog.New(slog.DiscardHandler), Pool: f.Pool, AWS: m.AWSConfig(), Out: io.Discard}
+	a := &app.App{App: &appbase.App{Config: cfg, Logger: slog.New(slog.DiscardHandler), Pool: f.Pool, AWS: m.AWSConfig(), Out: io.Discard}}
 
 	org := f.NewID(t)
 	ids := f.PurchaseOrderCommand(t, testenv.PurchaseOrderCommandOpts{Lines: 2,

@@ -1,4 +1,4 @@
-package app
+package appbase
 
 import (
 	"strings"

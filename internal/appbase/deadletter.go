@@ -1,4 +1,4 @@
-package app
+package appbase
 
 import (
 	"integration-outbox/internal/deadletter"
