@@ -1004,10 +1004,10 @@ func churnRows(runs []churnRun) []tableRow {
 		t = append(t, tableRow{"10", fmt.Sprintf("Churn from %s rows (%d enqueues/s, claims of %d every %s, autovacuum on): PostgreSQL CPU per completed command, enqueue included, steady state", rows(size), ours.Rate, claimLimit, churnClaimEvery),
 			fmt.Sprintf("%s (%d completed; claim p50 %s, p95 %s; backlog at the end %d)", usMs(o.cpuPerCompleted()), o.Completed, ms(percentile(o.Claims, 0.5)), ms(percentile(o.Claims, 0.95)), ours.Backlog),
 			fmt.Sprintf("legacy: %s (%d completed; claim p50 %s, p95 %s; backlog at the end %d)", usMs(l.cpuPerCompleted()), l.Completed, ms(percentile(l.Claims, 0.5)), ms(percentile(l.Claims, 0.95)), legacy.Backlog),
-			fmt.Sprintf("ours/legacy %s (backends %s, autovacuum %s, shared %s)", x(ratio),
+			fmt.Sprintf("ours/legacy %s (backends %s; autovacuum %s against %s, shared processes %s against %s per completed)", x(ratio),
 				x(float64(o.perCompleted(o.backends()))/float64(max(l.perCompleted(l.backends()), 1))),
-				x(float64(o.perCompleted(o.Autovacuum))/float64(max(l.perCompleted(l.Autovacuum), 1))),
-				x(float64(o.perCompleted(o.Shared))/float64(max(l.perCompleted(l.Shared), 1)))),
+				usMs(o.perCompleted(o.Autovacuum)), usMs(l.perCompleted(l.Autovacuum)),
+				usMs(o.perCompleted(o.Shared)), usMs(l.perCompleted(l.Shared))),
 			fmt.Sprintf("≤ %.1f×", targetChurnCPU), status(ratio <= targetChurnCPU)})
 		t = append(t, tableRow{"10", fmt.Sprintf("Churn from %s rows: outbox row versions written per completed command (insert and updates), HOT share of the updates, steady state", rows(size)),
 			o.versionsPerCompleted(), "legacy: " + l.versionsPerCompleted(), "", "two updates per job", "reported"})

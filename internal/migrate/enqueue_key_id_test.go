@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"integration-outbox/internal/migrate"
+	"integration-outbox/internal/testenv"
 )
 
 // enqueueBefore25 is the enqueue function's file as migrations 2 to 22
@@ -380,5 +381,96 @@ func TestMigration26DropsTheProbesOfKeyIndexesRetentionEmptied(t *testing.T) {
 	}
 	if n := countRowsConn(t, conn, `select count(*) from external_integration_outbox`); n != 1 {
 		t.Errorf("%d rows, want 1", n)
+	}
+}
+
+// A transaction that called the earlier body and was prepared (two-phase
+// commit: it has no backend left, only its locks and its row) when
+// migration 25 starts: the migration waits for it as for a running one,
+// gives up after its wait naming it, and leaves the function keeping keys in
+// the key index. Once it is committed the next run completes migration 25,
+// and the function returns its row for its key: one row.
+//
+// The test server runs with max_prepared_transactions = 0 (PostgreSQL's
+// default), which refuses PREPARE TRANSACTION, so this test starts a server
+// of its own that allows them.
+func TestMigration25WaitsForAPreparedTransactionThatCalledTheEarlierBody(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	server, err := testenv.StartPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(server.Stop)
+	server.Settings = []string{"max_prepared_transactions=4"}
+	if err := server.Restart(); err != nil {
+		t.Fatalf("restarting the test's server with prepared transactions allowed: %v", err)
+	}
+	url, err := server.CreateDatabase(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, url)
+	var allowed int
+	if err := conn.QueryRow(ctx, `select current_setting('max_prepared_transactions')::int`).Scan(&allowed); err != nil {
+		t.Fatal(err)
+	}
+	if allowed == 0 {
+		// TEST_DATABASE_URL names a server of its own, which the test
+		// cannot restart.
+		t.Skip("the server at TEST_DATABASE_URL runs with max_prepared_transactions = 0")
+	}
+	if err := migrate.UpWith(ctx, url, migrate.Config{Version: 24}); err != nil {
+		t.Fatal(err)
+	}
+	installEnqueueBefore25(t, conn)
+	org := "6f1a4c1e-0000-4000-8000-0000000000f5"
+	_, args := webhookConnection(t, conn, org)
+
+	held := connect(t, url)
+	tx, err := held.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := mustEnqueue(t, tx, args("po-prepared"))
+	if _, err := tx.Exec(ctx, `prepare transaction 'enqueue-held'`); err != nil {
+		t.Fatal(err)
+	}
+	// PREPARE TRANSACTION ended the session's transaction; the pgx.Tx is
+	// spent, its rollback a no-op on the server.
+	_ = tx.Rollback(ctx)
+	committed := false
+	t.Cleanup(func() {
+		if !committed {
+			_, _ = held.Exec(context.Background(), `rollback prepared 'enqueue-held'`)
+		}
+	})
+
+	err = migrate.UpWith(ctx, url, migrate.Config{EnqueueSwitchWait: 2 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "prepared transaction 'enqueue-held'") {
+		t.Fatalf("migration 25 with a prepared transaction: %v, want an error naming it", err)
+	}
+	if v, err := migrate.CurrentVersion(ctx, url); err != nil || v != 24 {
+		t.Errorf("after the failed run the schema is at %d (%v), want 24", v, err)
+	}
+	if keepsKeysByID(t, conn) {
+		t.Error("the function keeps keys by id although the migration gave up")
+	}
+
+	if _, err := held.Exec(ctx, `commit prepared 'enqueue-held'`); err != nil {
+		t.Fatal(err)
+	}
+	committed = true
+	if err := migrate.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if !keepsKeysByID(t, conn) {
+		t.Error("the next run did not complete migration 25")
+	}
+	if again := mustEnqueue(t, conn, args("po-prepared")); again != first {
+		t.Errorf("the prepared transaction's key, enqueued again: %s, want its row %s", again, first)
+	}
+	if n := countRowsConn(t, conn, `select count(*) from external_integration_outbox where idempotency_key = 'po-prepared'`); n != 1 {
+		t.Errorf("%d rows hold the prepared transaction's key, want 1", n)
 	}
 }
