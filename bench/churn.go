@@ -667,11 +667,7 @@ func openChurnVariant(ctx context.Context, url, variant string) (*churnVariant, 
 // what another variant's database spent meanwhile (its autovacuum) goes to
 // that variant's latest bucket.
 func (v *churnVariant) slice(ctx context.Context, meter *dbMeter, all []*churnVariant, rate int, width time.Duration) error {
-	f0, err := readFamilies(ctx, v.pool, familyOf)
-	if err != nil {
-		return err
-	}
-	r0, err := readVersions(ctx, v.pool)
+	f0, r0, err := v.counters(ctx)
 	if err != nil {
 		return err
 	}
@@ -691,11 +687,7 @@ func (v *churnVariant) slice(ctx context.Context, meter *dbMeter, all []*churnVa
 		return err
 	}
 	use1 := meter.totals()
-	f1, err := readFamilies(ctx, v.pool, familyOf)
-	if err != nil {
-		return err
-	}
-	r1, err := readVersions(ctx, v.pool)
+	f1, r1, err := v.counters(ctx)
 	if err != nil {
 		return err
 	}
@@ -732,6 +724,17 @@ func (v *churnVariant) slice(ctx context.Context, meter *dbMeter, all []*churnVa
 		v.run.FirstFailure = f
 	}
 	return nil
+}
+
+// counters reads v's database's statement totals by family and its
+// outbox's row version counters.
+func (v *churnVariant) counters(ctx context.Context) (map[string]familyUse, rowVersions, error) {
+	f, err := readFamilies(ctx, v.pool, familyOf)
+	if err != nil {
+		return nil, rowVersions{}, err
+	}
+	r, err := readVersions(ctx, v.pool)
+	return f, r, err
 }
 
 // querier is a pool or a connection.
