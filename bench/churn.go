@@ -277,45 +277,22 @@ func churnBucket(d time.Duration) time.Duration {
 // churnTurn is the width of a churn turn in runs of two minutes or more.
 const churnTurn = 30 * time.Second
 
-// bucketOf is the bucket of an event at t in a run of n buckets of width
-// from t0, or -1 outside the run.
-func bucketOf(t0, t time.Time, width time.Duration, n int) int {
-	if t.Before(t0) {
-		return -1
-	}
-	i := int(t.Sub(t0) / width)
-	if i >= n {
-		return -1
-	}
-	return i
-}
-
-// churnEvents collects a run's events as they happen.
+// churnEvents collects a turn's events as they happen: the turn and the
+// finishing of what it claimed.
 type churnEvents struct {
 	mu        sync.Mutex
-	t0        time.Time
-	width     time.Duration
-	n         int
-	minutes   []churnMinute
+	turn      churnMinute
 	failures  atomic.Int64
 	firstFail atomic.Value
 }
 
-func newChurnEvents(t0 time.Time, width time.Duration, n int) *churnEvents {
-	e := &churnEvents{t0: t0, width: width, n: n, minutes: make([]churnMinute, n)}
-	for i := range e.minutes {
-		e.minutes[i].Families = map[string]familyUse{}
-	}
-	return e
+func newChurnEvents() *churnEvents {
+	return &churnEvents{turn: churnMinute{Families: map[string]familyUse{}}}
 }
 
 func (e *churnEvents) add(f func(m *churnMinute)) {
-	i := bucketOf(e.t0, time.Now(), e.width, e.n)
-	if i < 0 {
-		return
-	}
 	e.mu.Lock()
-	f(&e.minutes[i])
+	f(&e.turn)
 	e.mu.Unlock()
 }
 
@@ -672,10 +649,8 @@ func (v *churnVariant) slice(ctx context.Context, meter *dbMeter, all []*churnVa
 		return err
 	}
 	use0 := meter.totals()
-	t0 := time.Now()
-	// One bucket: the turn and the finishing of its claims.
-	ev := newChurnEvents(t0, 24*time.Hour, 1)
-	runCtx, stop := context.WithDeadline(ctx, t0.Add(width))
+	ev := newChurnEvents()
+	runCtx, stop := context.WithTimeout(ctx, width)
 	defer stop()
 	var workers, loops sync.WaitGroup
 	loops.Add(2)
@@ -691,7 +666,7 @@ func (v *churnVariant) slice(ctx context.Context, meter *dbMeter, all []*churnVa
 	if err != nil {
 		return err
 	}
-	m := ev.minutes[0]
+	m := ev.turn
 	av := autovacuumOf(v.db)
 	m.Autovacuum = use1[av] - use0[av] + v.carry
 	m.Shared = use1[""] - use0[""]

@@ -7,26 +7,6 @@ import (
 	"time"
 )
 
-func TestBucketOf(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	cases := []struct {
-		at   time.Duration
-		want int
-	}{
-		{-time.Millisecond, -1},
-		{0, 0},
-		{59 * time.Second, 0},
-		{time.Minute, 1},
-		{2*time.Minute + 59*time.Second, 2},
-		{3 * time.Minute, -1},
-	}
-	for _, c := range cases {
-		if got := bucketOf(t0, t0.Add(c.at), time.Minute, 3); got != c.want {
-			t.Errorf("bucketOf(+%s) = %d, want %d", c.at, got, c.want)
-		}
-	}
-}
-
 func TestChurnBucket(t *testing.T) {
 	cases := map[time.Duration]time.Duration{
 		6 * time.Minute:  30 * time.Second,
