@@ -40,12 +40,44 @@ func installEnqueueBefore25(t *testing.T, conn *pgx.Conn) {
 func at24WithTheEarlierBody(t *testing.T, org string) (string, *pgx.Conn, func(key string) enqueueArgs) {
 	t.Helper()
 	url, conn := freshDB(t)
+	return url, conn, upTo24WithTheEarlierBody(t, url, conn, org)
+}
+
+// upTo24WithTheEarlierBody migrates the fresh database at url to 24, puts
+// the function's body from before migration 25 in place and makes a
+// webhook connection of org: what enqueues a key through it.
+func upTo24WithTheEarlierBody(t *testing.T, url string, conn *pgx.Conn, org string) func(key string) enqueueArgs {
+	t.Helper()
 	if err := migrate.UpWith(context.Background(), url, migrate.Config{Version: 24}); err != nil {
 		t.Fatal(err)
 	}
 	installEnqueueBefore25(t, conn)
 	_, args := webhookConnection(t, conn, org)
-	return url, conn, args
+	return args
+}
+
+// checkGaveUp checks what a run of migration 25 that gave up leaves: the
+// schema at 24 and the function keeping keys in the key index.
+func checkGaveUp(t *testing.T, url string, conn *pgx.Conn) {
+	t.Helper()
+	if v, err := migrate.CurrentVersion(context.Background(), url); err != nil || v != 24 {
+		t.Errorf("after the failed run the schema is at %d (%v), want 24", v, err)
+	}
+	if keepsKeysByID(t, conn) {
+		t.Error("the function keeps keys by id although the migration gave up")
+	}
+}
+
+// checkNextRunCompletes runs make migrate again and checks that it
+// completed migration 25.
+func checkNextRunCompletes(t *testing.T, url string, conn *pgx.Conn) {
+	t.Helper()
+	if err := migrate.Up(context.Background(), url); err != nil {
+		t.Fatal(err)
+	}
+	if !keepsKeysByID(t, conn) {
+		t.Error("the next run did not complete migration 25")
+	}
 }
 
 // connect is a connection of its own to url, closed when the test ends.
@@ -175,12 +207,7 @@ func TestMigration25GivesUpOnATransactionThatDoesNotEndAndCompletesOnTheNextRun(
 	if err == nil || !strings.Contains(err.Error(), "pid "+strconv.FormatUint(uint64(pid), 10)) {
 		t.Fatalf("migration 25 with a transaction that stays open: %v, want an error naming pid %d", err, pid)
 	}
-	if v, err := migrate.CurrentVersion(ctx, url); err != nil || v != 24 {
-		t.Errorf("after the failed run the schema is at %d (%v), want 24", v, err)
-	}
-	if keepsKeysByID(t, conn) {
-		t.Error("the function keeps keys by id although the migration gave up")
-	}
+	checkGaveUp(t, url, conn)
 	id := mustEnqueue(t, conn, args("po-meanwhile"))
 	if id != keyID(org, "po-meanwhile") || countRowsConn(t, conn, `select count(*) from external_integration_outbox
 		where idempotency_key = 'po-meanwhile' and idempotency_enforced`) != 1 {
@@ -190,12 +217,7 @@ func TestMigration25GivesUpOnATransactionThatDoesNotEndAndCompletesOnTheNextRun(
 	if err := idleTx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate.Up(ctx, url); err != nil {
-		t.Fatal(err)
-	}
-	if !keepsKeysByID(t, conn) {
-		t.Error("the next run did not complete migration 25")
-	}
+	checkNextRunCompletes(t, url, conn)
 	if again := mustEnqueue(t, conn, args("po-meanwhile")); again != id {
 		t.Errorf("the key enqueued meanwhile, again: %s, want %s", again, id)
 	}
@@ -420,12 +442,7 @@ func TestMigration25WaitsForAPreparedTransactionThatCalledTheEarlierBody(t *test
 		// cannot restart.
 		t.Skip("the server at TEST_DATABASE_URL runs with max_prepared_transactions = 0")
 	}
-	if err := migrate.UpWith(ctx, url, migrate.Config{Version: 24}); err != nil {
-		t.Fatal(err)
-	}
-	installEnqueueBefore25(t, conn)
-	org := "6f1a4c1e-0000-4000-8000-0000000000f5"
-	_, args := webhookConnection(t, conn, org)
+	args := upTo24WithTheEarlierBody(t, url, conn, "6f1a4c1e-0000-4000-8000-0000000000f5")
 
 	held := connect(t, url)
 	tx, err := held.Begin(ctx)
@@ -450,23 +467,13 @@ func TestMigration25WaitsForAPreparedTransactionThatCalledTheEarlierBody(t *test
 	if err == nil || !strings.Contains(err.Error(), "prepared transaction 'enqueue-held'") {
 		t.Fatalf("migration 25 with a prepared transaction: %v, want an error naming it", err)
 	}
-	if v, err := migrate.CurrentVersion(ctx, url); err != nil || v != 24 {
-		t.Errorf("after the failed run the schema is at %d (%v), want 24", v, err)
-	}
-	if keepsKeysByID(t, conn) {
-		t.Error("the function keeps keys by id although the migration gave up")
-	}
+	checkGaveUp(t, url, conn)
 
 	if _, err := held.Exec(ctx, `commit prepared 'enqueue-held'`); err != nil {
 		t.Fatal(err)
 	}
 	committed = true
-	if err := migrate.Up(ctx, url); err != nil {
-		t.Fatal(err)
-	}
-	if !keepsKeysByID(t, conn) {
-		t.Error("the next run did not complete migration 25")
-	}
+	checkNextRunCompletes(t, url, conn)
 	if again := mustEnqueue(t, conn, args("po-prepared")); again != first {
 		t.Errorf("the prepared transaction's key, enqueued again: %s, want its row %s", again, first)
 	}
