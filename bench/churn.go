@@ -50,6 +50,10 @@ const (
 	// which every non-HOT update of an enqueued row (its claim, its record)
 	// writes again: the build before, in the same run.
 	churnKeyIndex = "ours, the key index as before migration 25 (a lever)"
+	// churnRecordSQL is a lever: ours, with every batch recorded by
+	// record.sql (outbox.Store.WithRecordSQLOnly), as before
+	// record_completed.sql: the build before, in the same run.
+	churnRecordSQL = "ours, every record through record.sql (a lever)"
 )
 
 // churnLevers are the churn's optional variants beside ours and the legacy
@@ -58,6 +62,7 @@ type churnLevers struct {
 	Fillfactor  int  // ours with the outbox's fillfactor set (0: not run)
 	PlainInsert bool // ours with the host's plain INSERT (churnPlainInsert)
 	KeyIndex    bool // ours with the key index as before migration 25 (churnKeyIndex)
+	RecordSQL   bool // ours with every record through record.sql (churnRecordSQL)
 }
 
 // The legacy host and worker's statements on the churn (the legacy worker's
@@ -95,6 +100,7 @@ var churnFamilies = []statementFamily{
 	{"claim", "integration_outbox_sql_outbox_claim_"},
 	{"sweep", "integration_outbox_sql_outbox_dead_letter_expired_"},
 	{"start", "integration_outbox_sql_outbox_start_"},
+	{"record (completed)", "integration_outbox_sql_outbox_record_completed_"},
 	{"record", "integration_outbox_sql_outbox_record_"},
 	{"purchase order", "integration_outbox_sql_purchaseorder_load_"},
 	{"enqueue", "integration_outbox_enqueue("},
@@ -115,7 +121,7 @@ var churnFamilies = []statementFamily{
 
 // churnFamilyOrder is the order families are reported in.
 var churnFamilyOrder = []string{"enqueue", "legacy insert", "sweep", "claim", "legacy claim", "start", "purchase order",
-	"record", "legacy order", "legacy connection", "legacy complete", "other"}
+	"record", "record (completed)", "legacy order", "legacy connection", "legacy complete", "other"}
 
 func familyOf(query string) string { return familyIn(churnFamilies, query) }
 
@@ -354,6 +360,11 @@ func prepareChurnDatabases(ctx context.Context, env *benchEnv, rows, orders int,
 			return dbs, fmt.Errorf("the key index lever: %w", err)
 		}
 	}
+	if levers.RecordSQL {
+		if _, err := clone(churnRecordSQL, "record_sql"); err != nil {
+			return dbs, err
+		}
+	}
 	if levers.Fillfactor == 0 {
 		return dbs, nil
 	}
@@ -509,6 +520,9 @@ func measureChurn(ctx context.Context, log *slog.Logger, env *benchEnv, sizes []
 			if levers.KeyIndex {
 				names = append(names, churnKeyIndex)
 			}
+			if levers.RecordSQL {
+				names = append(names, churnRecordSQL)
+			}
 			if levers.Fillfactor != 0 {
 				names = append(names, churnFillfactor(levers.Fillfactor))
 			}
@@ -627,6 +641,9 @@ func openChurnVariant(ctx context.Context, url, variant string) (*churnVariant, 
 		command: purchaseorder.NewCommand(pool),
 		params: outbox.ClaimParams{Limit: claimLimit, MaxAttempts: 10, Lease: 900 * time.Second,
 			MaxInFlight: 5000, ConnectionMaxInFlight: 10, After: "00000000-0000-0000-0000-000000000000"}}
+	if variant == churnRecordSQL {
+		v.store = v.store.WithRecordSQLOnly()
+	}
 	if v.orders, err = churnOrders(ctx, pool); err == nil {
 		_, err = pool.Exec(ctx, "create extension if not exists pg_stat_statements")
 	}

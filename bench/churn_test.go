@@ -33,6 +33,9 @@ func TestFamilyOf(t *testing.T) {
 		"select set_config('plan_cache_mode', 'force_generic_plan', true),\n    set_config('enable_bitmapscan', 'off', true),\n    pg_advisory_xact_lock(hashtext($1))": "claim",
 		"\nwith recursive budget as (\n    select 1": "claim",
 		"commit": "other",
+		// The two records' routines.
+		"select * from integration_outbox_sql_outbox_record_completed_0123456789ab($1)":           "record (completed)",
+		"select * from integration_outbox_sql_outbox_record_0123456789ab($1, $2, $3, $4, $5, $6)": "record",
 		// As pg_stat_statements keeps them, constants replaced.
 		"update external_integration_outbox set status = $3, provider_reference = $2,\n    provider_status = $4":                                                              "legacy complete",
 		"insert into external_integration_outbox (organization_id, integration_connection_id, provider,\n    command_type, local_entity_type) values ($1::uuid, $2::uuid, $6": "legacy insert",

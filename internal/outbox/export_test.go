@@ -67,3 +67,22 @@ func (s *Store) StartPlan(ctx context.Context, tx pgx.Tx, reqs []StartRequest) (
 	}
 	return explainPrepared(ctx, tx, start.SQL, startArgs(reqs), "analyze, buffers, costs off")
 }
+
+// RecordCompleted runs record_completed.sql for outcomes as Record would
+// (their texts uncut); held: it recorded nothing, a connection of theirs
+// having something a success clears.
+func (s *Store) RecordCompleted(ctx context.Context, outcomes []Outcome) (Recorded, bool, error) {
+	return s.recordCompleted(ctx, recordRows(outcomes))
+}
+
+// RecordsCompleted reports whether Record sends outcomes to
+// record_completed.sql first.
+func RecordsCompleted(outcomes []Outcome) bool { return allSucceeded(recordRows(outcomes)) }
+
+func recordRows(outcomes []Outcome) []recordRow {
+	rows := make([]recordRow, len(outcomes))
+	for i, o := range outcomes {
+		rows[i] = newRecordRow(o)
+	}
+	return rows
+}

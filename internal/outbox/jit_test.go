@@ -212,7 +212,7 @@ func hostCompiles(t *testing.T, f *testenv.Fixture) {
 // runStatements runs the outbox's statements through s as the functions
 // run them, in one transaction rolled back at the end (so the shape stays
 // as loaded): the idle check, the sweep, the scheduled claim, the start and
-// the record of what it claimed, the listed claim of up to 50 other due
+// the record of what it claimed (the successes, then a failure), the listed claim of up to 50 other due
 // rows and their release (the oldest 50 queued rows but the followers', as a rerun lists
 // rows that failed before the newer ones were queued).
 func runStatements(t *testing.T, pool *pgxpool.Pool) {
@@ -236,10 +236,13 @@ func runStatements(t *testing.T, pool *pgxpool.Pool) {
 		t.Fatal(err)
 	}
 	endClaim(t, tx)
-	if len(b.Claims) == 0 {
-		t.Fatal("the scheduled claim took nothing")
+	if len(b.Claims) < 2 {
+		t.Fatalf("the scheduled claim took %d rows, want 2 or more", len(b.Claims))
 	}
-	finish(t, s, b.Claims, outbox.StatusCompleted, outbox.CircuitSuccess)
+	// A batch of successes (record_completed), then one with a failure (record).
+	last := len(b.Claims) - 1
+	finish(t, s, b.Claims[:last], outbox.StatusCompleted, outbox.CircuitSuccess)
+	finish(t, s, b.Claims[last:], outbox.StatusFailed, outbox.CircuitFailure)
 	rows, err := tx.Query(ctx, `select id::text from external_integration_outbox
 		where status = 'queued' and local_entity_id <> $1 order by created_at limit 50`, followedOrder)
 	if err != nil {
@@ -277,7 +280,7 @@ func endClaim(t *testing.T, tx pgx.Tx) {
 }
 
 // TestNoStatementOfOursIsJITCompiled runs the outbox's statements (the
-// idle check, the sweep, both claims, start, record, release) on 1M-row
+// idle check, the sweep, both claims, start, both records, release) on 1M-row
 // outboxes of four shapes (one tenant; one tenant with 10,000 commands of one purchase order
 // behind its command in flight; 1,000 tenants; 1,000 tenants with 9% of
 // the pages all-visible), on databases where JIT is on and compiles every
@@ -320,7 +323,7 @@ func TestNoStatementOfOursIsJITCompiled(t *testing.T) {
 					shape, name, p.Cost, defaultJITAboveCost, p.Took)
 			}
 		}
-		for _, want := range []string{"idle", "claim_lock", "claim_scheduled", "claim_listed", "dead_letter_expired", "start", "record", "release"} {
+		for _, want := range []string{"idle", "claim_lock", "claim_scheduled", "claim_listed", "dead_letter_expired", "start", "record", "record_completed", "release"} {
 			if !seen[want] {
 				t.Errorf("%s: auto_explain logged no plan of %s (logged: %v)", shape, want, seen)
 			}

@@ -61,6 +61,8 @@ var (
 	deadLetterExpired = routine("dead_letter_expired", jitOff, genericPlan)
 	start             = routine("start", jitOff, genericPlan)
 	record            = routine("record", jitOff)
+	// recordCompleted records a batch of successes (Store.Record).
+	recordCompleted = routine("record_completed", jitOff)
 )
 
 // routine is sql/<name>.sql as a statement with a routine.
@@ -71,7 +73,7 @@ func routine(name string, settings ...sqlroutine.Setting) *sqlroutine.Statement 
 // Routines are the statements of the package that make migrate installs as
 // routines.
 func Routines() []*sqlroutine.Statement {
-	return []*sqlroutine.Statement{claimScheduled, claimListed, idleCheck, deadLetterExpired, start, record}
+	return []*sqlroutine.Statement{claimScheduled, claimListed, idleCheck, deadLetterExpired, start, record, recordCompleted}
 }
 
 // fragmentMarker is where a statement takes sql/fragment/<name>.sql; the

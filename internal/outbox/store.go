@@ -83,6 +83,8 @@ type Store struct {
 	lengths *textLengths
 	// routines are the routines of Routines the database has.
 	routines *sqlroutine.Catalog
+	// recordSQLOnly: every batch goes to record.sql (WithRecordSQLOnly).
+	recordSQLOnly bool
 }
 
 // NewStore returns a store on db, its circuit breaker off, its connection
@@ -108,6 +110,16 @@ func (s *Store) WithCircuit(c Circuit) *Store {
 	n := *s
 	n.circuit = c
 	n.circuitsReset = new(atomic.Bool)
+	return &n
+}
+
+// WithRecordSQLOnly returns a store on the same database whose Record sends
+// every batch to record.sql, as the builds before record_completed.sql
+// did: the bench's churn runs it beside ours (-churn-record-sql) to
+// measure what the lighter statement saves. The functions never use it.
+func (s *Store) WithRecordSQLOnly() *Store {
+	n := *s
+	n.recordSQLOnly = true
 	return &n
 }
 
@@ -768,7 +780,7 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 	for i, o := range outcomes {
 		rows[i] = newRecordRow(o).fit(max)
 	}
-	r, err := s.record(ctx, rows)
+	r, err := s.recordBatch(ctx, rows)
 	if isTooLong(err) {
 		// The host shortened a column since the lengths were read.
 		s.lengths.reset()
@@ -778,7 +790,7 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 		for i := range rows {
 			rows[i] = rows[i].fit(max)
 		}
-		r, err = s.record(ctx, rows)
+		r, err = s.recordBatch(ctx, rows)
 	}
 	if err == nil || !hostschema.IsSchemaError(err) {
 		return r, err
@@ -808,6 +820,66 @@ func (s *Store) Record(ctx context.Context, outcomes []Outcome) (Recorded, error
 		r.Circuits = append(r.Circuits, one.Circuits...)
 	}
 	return r, nil
+}
+
+// recordBatch records rows in one statement: a batch of successes through
+// record_completed.sql, the lighter statement, unless a connection of
+// theirs has failures, an open circuit or a failing period to clear; every
+// other batch, and that one, through record.sql.
+func (s *Store) recordBatch(ctx context.Context, rows []recordRow) (Recorded, error) {
+	if s.recordSQLOnly || !allSucceeded(rows) {
+		return s.record(ctx, rows)
+	}
+	r, held, err := s.recordCompleted(ctx, rows)
+	if err != nil || !held {
+		return r, err
+	}
+	return s.record(ctx, rows)
+}
+
+// allSucceeded reports whether every row is a success record_completed.sql
+// records as record.sql would: completed, its circuit a success or none,
+// its attempt charged, waiting for nothing.
+func allSucceeded(rows []recordRow) bool {
+	for _, r := range rows {
+		if r.Status != StatusCompleted || (r.Circuit != nil && *r.Circuit != CircuitSuccess) || r.Uncharged || r.WaitingFor != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// recordCompleted runs record_completed.sql for rows; held: it recorded
+// nothing, a connection of theirs having something a success clears.
+func (s *Store) recordCompleted(ctx context.Context, results []recordRow) (r Recorded, held bool, err error) {
+	n := len(results)
+	outcomesJSON, err := json.Marshal(results)
+	if err != nil {
+		return Recorded{}, false, fmt.Errorf("recording %d results: %w", n, err)
+	}
+	rows, err := s.routines.Query(ctx, s.db, recordCompleted, pgx.NamedArgs{"outcomes": string(outcomesJSON)})
+	if err != nil {
+		return Recorded{}, false, fmt.Errorf("recording %d results: %w", n, sqlfile.Wrap("outbox/record_completed", err))
+	}
+	for rows.Next() {
+		var (
+			id      *string
+			blocked bool
+		)
+		if err := rows.Scan(&id, &blocked); err != nil {
+			rows.Close()
+			return Recorded{}, false, fmt.Errorf("recording %d results: %w", n, sqlfile.Wrap("outbox/record_completed", err))
+		}
+		if blocked {
+			held = true
+		} else if id != nil {
+			r.IDs = append(r.IDs, *id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Recorded{}, false, fmt.Errorf("recording %d results: %w", n, sqlfile.Wrap("outbox/record_completed", err))
+	}
+	return r, held, nil
 }
 
 // record runs record.sql for rows.
