@@ -867,6 +867,17 @@ func ourWork(ctx context.Context, store *outbox.Store, command *purchaseorder.Co
 	called := time.Now()
 	time.Sleep(churnFakeCall)
 	done := time.Now()
+	rec, err := store.Record(ctx, churnOutcomes(jobs, called, done))
+	if err != nil {
+		ev.fail(err)
+		return
+	}
+	ev.add(func(m *churnMinute) { m.Completed += len(rec.IDs) })
+}
+
+// churnOutcomes are jobs completed by a provider call from called to done,
+// as the churn's workers record them.
+func churnOutcomes(jobs []outbox.Job, called, done time.Time) []outbox.Outcome {
 	outcomes := make([]outbox.Outcome, len(jobs))
 	for i, j := range jobs {
 		var loc string
@@ -878,20 +889,17 @@ func ourWork(ctx context.Context, store *outbox.Store, command *purchaseorder.Co
 			ProviderStatus: "completed", CallStartedAt: called, CallFinishedAt: done, ProviderCalled: true,
 			HTTPStatus: 201, Circuit: outbox.CircuitSuccess}
 	}
-	rec, err := store.Record(ctx, outcomes)
-	if err != nil {
-		ev.fail(err)
-		return
-	}
-	ev.add(func(m *churnMinute) { m.Completed += len(rec.IDs) })
+	return outcomes
 }
 
 // legacyJob is a row the legacy worker's claim returned.
 type legacyJob struct{ id, org, conn, order string }
 
 // legacyClaim runs the legacy worker's claim verbatim.
-func legacyClaim(ctx context.Context, pool *pgxpool.Pool) ([]legacyJob, error) {
-	rows, err := pool.Query(ctx, legacyClaimSQL, pgx.QueryExecModeExec, claimLimit)
+func legacyClaim(ctx context.Context, db interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}) ([]legacyJob, error) {
+	rows, err := db.Query(ctx, legacyClaimSQL, pgx.QueryExecModeExec, claimLimit)
 	if err != nil {
 		return nil, fmt.Errorf("legacy claim: %w", err)
 	}

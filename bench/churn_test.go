@@ -130,3 +130,34 @@ func TestChurnRowsCompareOursWithLegacyAndSizes(t *testing.T) {
 		t.Errorf("markdown lacks the section or a steady-state row per run:\n%s", md)
 	}
 }
+
+// partsRows reports each pass of the churn's statements alone, ours
+// against the legacy worker, and record_completed.sql against record.sql.
+func TestPartsRowsCompareOursWithLegacyAndTheRecords(t *testing.T) {
+	cost := func(completed int, parts map[string]time.Duration) partsCost {
+		return partsCost{Completed: completed, CPU: parts}
+	}
+	us := time.Microsecond
+	kept := map[string]partsCost{
+		churnOurs:      cost(100, map[string]time.Duration{"enqueue": 40000 * us, "claim": 15000 * us, "record": 15000 * us}),
+		churnLegacy:    cost(100, map[string]time.Duration{"insert": 30000 * us, "complete": 70000 * us}),
+		churnRecordSQL: cost(100, map[string]time.Duration{"enqueue": 40000 * us, "claim": 15000 * us, "record": 25000 * us}),
+	}
+	if got := kept[churnOurs].per(""); got != 700 {
+		t.Fatalf("ours per command = %v µs, want 700", got)
+	}
+	if got := kept[churnOurs].per("record"); got != 150 {
+		t.Fatalf("ours' record per command = %v µs, want 150", got)
+	}
+	rows := partsRows(&partsResult{Rows: 40000, Conns: 40, Commands: 100, AnalyzeEvery: 2500, Kept: kept,
+		Analyzed: map[string]partsCost{churnOurs: {}, churnLegacy: {}}})
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want the pass with figures only", len(rows))
+	}
+	r := rows[0]
+	if r.ours != "700 µs (enqueue 400, claim 150, record 150)" ||
+		!strings.HasPrefix(r.beside, "legacy: 1000 µs (insert 300, complete 700); ours with every record through record.sql: 800 µs (record 250 µs)") ||
+		r.ratio != "ours/legacy 0.70×; record_completed.sql against record.sql 0.60×" {
+		t.Errorf("row = %+v", r)
+	}
+}

@@ -56,7 +56,7 @@ type options struct {
 }
 
 // aloneMeasurements are the measurements -only runs.
-var aloneMeasurements = []string{"install", "fair", "wal", "churn", "claim", "batch", "followers", "commandtypes", "tokens", "throughput", "cold", "pooler"}
+var aloneMeasurements = []string{"install", "fair", "wal", "churn", "parts", "claim", "batch", "followers", "commandtypes", "tokens", "throughput", "cold", "pooler"}
 
 func main() {
 	var (
@@ -93,12 +93,12 @@ func main() {
 	flag.BoolVar(&o.churnLevers.RecordSQL, "churn-record-sql", false, "also run ours with every batch recorded by record.sql, as before record_completed.sql (a lever: the build before, in the same run)")
 	flag.DurationVar(&o.churnDuration, "churn-duration", 3*time.Minute, "how long each churn variant runs, in turns it takes with the others at each size (30 s turns from 2 minutes up, quarters below)")
 	flag.Var(&o.pgSettings, "pg-setting", "a name=value setting the PostgreSQL server starts with, after the harness's own (repeatable; a lever, e.g. pg_stat_statements.track=top)")
-	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "commandtypes" (the fair claim with push_supplier rows due beside the orders), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet), "batch" (our pipeline at push batches of 10 and 100), "cold" (bootstrap sizes and cold starts under the emulator), "pooler" (the claim and our pipeline directly and through PgBouncer in transaction mode) or "throughput" (measurement 5: ours against River's no-op and purchase-order load workers); the table goes to stdout, and to -out only when given`)
+	flag.StringVar(&o.only, "only", "", `run only this measurement: "install", "fair" (the fair, capped claim), "wal" (WAL per host insert), "churn", "parts" (the churn's statements alone, one at a time), "claim" (the claim scaling), "followers" (the fair claim with a blocked backlog of one entity), "commandtypes" (the fair claim with push_supplier rows due beside the orders), "tokens" (OAuth2 token refreshes and Secrets Manager calls of a fleet), "batch" (our pipeline at push batches of 10 and 100), "cold" (bootstrap sizes and cold starts under the emulator), "pooler" (the claim and our pipeline directly and through PgBouncer in transaction mode) or "throughput" (measurement 5: ours against River's no-op and purchase-order load workers); the table goes to stdout, and to -out only when given`)
 	flag.Parse()
 	outGiven := false
 	flag.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
 	if o.only != "" && !slices.Contains(aloneMeasurements, o.only) {
-		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "claim", "followers", "commandtypes", "tokens", "batch", "cold", "pooler" and "throughput" are the measurements that run alone`)
+		fmt.Fprintln(os.Stderr, `bench: -only: "install", "fair", "wal", "churn", "parts", "claim", "followers", "commandtypes", "tokens", "batch", "cold", "pooler" and "throughput" are the measurements that run alone`)
 		os.Exit(2)
 	}
 	if o.only != "" && !outGiven {
@@ -255,8 +255,18 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 			return
 		})
 	}
+	parts := func() {
+		step("the churn's statements alone", func() error {
+			p, err := measureParts(ctx, log, env)
+			r.Parts = &p
+			return err
+		})
+	}
 	if o.only == "churn" {
 		churn()
+	}
+	if o.only == "parts" {
+		parts()
 	}
 	if o.only == "batch" {
 		step("push batch lever", func() (err error) {
@@ -356,6 +366,7 @@ func run(ctx context.Context, log *slog.Logger, o options, args []string) (err e
 		})
 	}
 	churn()
+	parts()
 	step("worker batch", func() (err error) { r.Worker, err = measureWorker(ctx, env); return })
 	step("secret calls, cache on", func() (err error) { r.CacheOn, err = measurePipeline(ctx, env, cacheOn); return })
 	step("secret calls, cache off", func() (err error) { r.CacheOff, err = measurePipeline(ctx, env, cacheOff); return })

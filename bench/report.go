@@ -37,6 +37,8 @@ type report struct {
 	Churn        []churnRun
 	// Pooler is the claim and our pipeline behind PgBouncer (-only pooler).
 	Pooler *poolerResult
+	// Parts are the churn's statements alone (measureParts).
+	Parts  *partsResult
 	Errors []string
 	// Only is the one measurement run (-only), or empty for all of them.
 	Only string
@@ -215,6 +217,7 @@ func (r *report) table() []tableRow {
 
 	// 10. Churn.
 	t = append(t, churnRows(r.Churn)...)
+	t = append(t, partsRows(r.Parts)...)
 
 	// P. Behind a transaction pooler.
 	t = append(t, poolerTableRows(r.Pooler)...)
@@ -316,6 +319,7 @@ func (r *report) markdown() string {
 	b.WriteString(commandTypesMarkdown(r.CommandTypes))
 	b.WriteString(tokensMarkdown(r.Tokens))
 	b.WriteString(churnMarkdown(r.Churn))
+	b.WriteString(partsMarkdown(r.Parts))
 	b.WriteString(batchLeverMarkdown(r.BatchLever))
 	b.WriteString(poolerMarkdown(r.Pooler))
 	return b.String()
