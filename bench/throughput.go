@@ -83,7 +83,7 @@ var riverFamilies = []statementFamily{
 var throughputFamilies = slices.Concat(riverFamilies, churnFamilies)
 
 // throughputFamilyOrder is the order the families are reported in.
-var throughputFamilyOrder = []string{"sweep", "claim", "fetch", "start", "purchase order", "record", "complete", "other"}
+var throughputFamilyOrder = []string{"sweep", "claim", "fetch", "start", "purchase order", "record", "record (completed)", "complete", "other"}
 
 func throughputFamily(query string) string { return familyIn(throughputFamilies, query) }
 

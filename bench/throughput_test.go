@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +87,29 @@ func TestThroughputRowsHoldOurPostgresCPUToRiverPOLoad(t *testing.T) {
 	tp.RiverPOLoad = riverResult{}
 	if rows := throughputRows(tp); len(rows) != 2 || rows[0].ratio != "ours/River 0.25×" {
 		t.Errorf("without the po-load run: %d rows, ratio %q", len(rows), rows[0].ratio)
+	}
+}
+
+// Every family a statement can be put in is reported: a family missing
+// from an order's list would vanish from the shares (the lighter record's
+// did from measurement 5 when it came).
+func TestEveryFamilyIsReported(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		families []statementFamily
+		order    []string
+		// notRun are families whose statements the measurement never runs.
+		notRun []string
+	}{
+		{"churn", churnFamilies, churnFamilyOrder, nil},
+		// Measurement 5 has no host writing and no legacy worker.
+		{"throughput", throughputFamilies, throughputFamilyOrder,
+			[]string{"enqueue", "legacy insert", "legacy claim", "legacy order", "legacy connection", "legacy complete"}},
+	} {
+		for _, f := range c.families {
+			if !slices.Contains(c.order, f.Name) && !slices.Contains(c.notRun, f.Name) {
+				t.Errorf("%s: family %q is not in the order it is reported in", c.name, f.Name)
+			}
+		}
 	}
 }
