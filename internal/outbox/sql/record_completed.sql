@@ -53,17 +53,8 @@ with res as (
         lease_expires_at = null,
         started_at = st.started_at,
         updated_at = now()
-    from res
-    -- Only a started claim records (start.sql).
-    join integration_outbox_starts st
-        on st.claim_token = res.claim_token and st.outbox_id = res.id and st.started_at is not null
-    where o.id = res.id and o.organization_id = res.organization_id
-      and o.integration_connection_id is not distinct from res.connection_id
-      and o.claim_token = res.claim_token
-      and o.status = 'processing'
-      -- Recording ends the lease: a repeat of the same record (its commit
-      -- acknowledgement lost) matches nothing and writes no second attempt.
-      and o.lease_expires_at is not null
+    from res join integration_outbox_starts st on /*fragment:record_fence*/ true
+    where o.id = res.id /*end:record_fence*/
       and not (select h.held from held h)
     returning o.id, o.organization_id, o.claim_token, o.status, o.attempt_count, o.started_at,
         res.provider_reference, res.provider_status, res.last_error as attempt_error,
