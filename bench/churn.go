@@ -463,8 +463,8 @@ func loadChurnOutbox(ctx context.Context, conn *pgx.Conn, rows, orders int) erro
 // churnOrder is a purchase order a producer enqueues a command for.
 type churnOrder struct{ id, org, conn string }
 
-func churnOrders(ctx context.Context, pool *pgxpool.Pool) ([]churnOrder, error) {
-	rows, err := pool.Query(ctx, `select p.id::text, p.organization_id::text, c.id::text
+func churnOrders(ctx context.Context, db querier) ([]churnOrder, error) {
+	rows, err := db.Query(ctx, `select p.id::text, p.organization_id::text, c.id::text
 		from purchase_orders p join integration_connections c using (organization_id)
 		order by p.order_number`)
 	if err != nil {
@@ -896,9 +896,7 @@ func churnOutcomes(jobs []outbox.Job, called, done time.Time) []outbox.Outcome {
 type legacyJob struct{ id, org, conn, order string }
 
 // legacyClaim runs the legacy worker's claim verbatim.
-func legacyClaim(ctx context.Context, db interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}) ([]legacyJob, error) {
+func legacyClaim(ctx context.Context, db querier) ([]legacyJob, error) {
 	rows, err := db.Query(ctx, legacyClaimSQL, pgx.QueryExecModeExec, claimLimit)
 	if err != nil {
 		return nil, fmt.Errorf("legacy claim: %w", err)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -168,21 +166,9 @@ func openPartsSide(ctx context.Context, url, name string) (*partsSide, error) {
 		}
 		s.pids, s.stores, s.cmds = append(s.pids, pid), append(s.stores, st), append(s.cmds, purchaseorder.NewCommand(c))
 	}
-	rows, err := s.conns[0].Query(ctx, `select p.id::text, p.organization_id::text, c.id::text
-		from purchase_orders p join integration_connections c using (organization_id)
-		order by p.order_number`)
-	if err != nil {
-		return s, err
-	}
-	for rows.Next() {
-		var o churnOrder
-		if err := rows.Scan(&o.id, &o.org, &o.conn); err != nil {
-			rows.Close()
-			return s, err
-		}
-		s.orders = append(s.orders, o)
-	}
-	return s, rows.Err()
+	var err error
+	s.orders, err = churnOrders(ctx, s.conns[0])
+	return s, err
 }
 
 // run runs f on the side's next connection (i) and charges part its
@@ -190,18 +176,11 @@ func openPartsSide(ctx context.Context, url, name string) (*partsSide, error) {
 func (s *partsSide) run(part string, f func(i int) error) error {
 	i := s.next % len(s.conns)
 	s.next++
-	before, err := backendRunTime(s.pids[i])
-	if err != nil {
-		return err
-	}
+	before := procRunTime(s.pids[i])
 	if err := f(i); err != nil {
 		return fmt.Errorf("%s: %w", part, err)
 	}
-	after, err := backendRunTime(s.pids[i])
-	if err != nil {
-		return err
-	}
-	s.cost.CPU[part] += after - before
+	s.cost.CPU[part] += procRunTime(s.pids[i]) - before
 	return nil
 }
 
@@ -288,21 +267,6 @@ func (s *partsSide) cycle(ctx context.Context, cycle int) error {
 		s.cost.Completed += len(r.IDs)
 	}
 	return nil
-}
-
-// backendRunTime is the CPU time pid has run (the first field of its
-// /proc/<pid>/schedstat, in nanoseconds).
-func backendRunTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0, fmt.Errorf("/proc/%d/schedstat is empty", pid)
-	}
-	ns, err := strconv.ParseInt(f[0], 10, 64)
-	return time.Duration(ns), err
 }
 
 // partsRows are the table's rows: each pass, ours against the legacy
