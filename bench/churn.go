@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -227,8 +228,11 @@ type churnRun struct {
 	Rows    int
 	Rate    int
 	Bucket  time.Duration
-	LoadFor time.Duration
-	Minutes []churnMinute
+	// Autovacuum is the server's autovacuum setting during the run ("on"
+	// but where -pg-setting turned it off).
+	Autovacuum string
+	LoadFor    time.Duration
+	Minutes    []churnMinute
 	// Backlog is the due rows left unclaimed at the end.
 	Backlog int
 	// Failures counts enqueues, claims and worker steps that failed.
@@ -588,6 +592,13 @@ func runChurn(ctx context.Context, log *slog.Logger, env *benchEnv, dbs map[stri
 		defer v.pool.Close()
 		v.run = churnRun{Variant: name, Rows: size, Rate: rate, Bucket: width}
 		vs[i] = v
+	}
+	var autovacuum string
+	if err := vs[0].pool.QueryRow(ctx, "show autovacuum").Scan(&autovacuum); err != nil {
+		return nil, fmt.Errorf("reading the autovacuum setting: %w", err)
+	}
+	for _, v := range vs {
+		v.run.Autovacuum = autovacuum
 	}
 	// pg_stat_statements: one reset for every database (the figures are
 	// differences between the slices' ends).
@@ -1002,7 +1013,7 @@ func churnRows(runs []churnRun) []tableRow {
 		}
 		o, l := ours.steady(), legacy.steady()
 		ratio := float64(o.cpuPerCompleted()) / float64(max(l.cpuPerCompleted(), 1))
-		t = append(t, tableRow{"10", fmt.Sprintf("Churn from %s rows (%d enqueues/s, claims of %d every %s, autovacuum on): PostgreSQL CPU per completed command, enqueue included, steady state", rows(size), ours.Rate, claimLimit, churnClaimEvery),
+		t = append(t, tableRow{"10", fmt.Sprintf("Churn from %s rows (%d enqueues/s, claims of %d every %s, autovacuum %s): PostgreSQL CPU per completed command, enqueue included, steady state", rows(size), ours.Rate, claimLimit, churnClaimEvery, cmp.Or(ours.Autovacuum, "on")),
 			fmt.Sprintf("%s (%d completed; claim p50 %s, p95 %s; backlog at the end %d)", usMs(o.cpuPerCompleted()), o.Completed, ms(percentile(o.Claims, 0.5)), ms(percentile(o.Claims, 0.95)), ours.Backlog),
 			fmt.Sprintf("legacy: %s (%d completed; claim p50 %s, p95 %s; backlog at the end %d)", usMs(l.cpuPerCompleted()), l.Completed, ms(percentile(l.Claims, 0.5)), ms(percentile(l.Claims, 0.95)), legacy.Backlog),
 			fmt.Sprintf("ours/legacy %s (backends %s; autovacuum %s against %s, shared processes %s against %s per completed)", x(ratio),

@@ -115,6 +115,15 @@ func TestChurnRowsCompareOursWithLegacyAndSizes(t *testing.T) {
 	if rows[4].ratio != "latency 2.00×, per row 1.20×" || rows[4].status == "met" {
 		t.Errorf("size row: ratio %q status %q", rows[4].ratio, rows[4].status)
 	}
+	// The CPU row names the run's autovacuum setting, on where none was read.
+	if !strings.Contains(rows[0].measure, "autovacuum on)") {
+		t.Errorf("40k CPU row without the autovacuum setting: %q", rows[0].measure)
+	}
+	off := slices.Clone(runs)
+	off[2].Autovacuum = "off"
+	if m := churnRows(off)[2].measure; !strings.Contains(m, "from 1M rows") || !strings.Contains(m, "autovacuum off)") {
+		t.Errorf("1M CPU row of a run without autovacuum: %q", m)
+	}
 	lever := run(churnFillfactor(90), 40000, 400*ms, 5*ms, 10)
 	withLever := churnRows(append(slices.Clone(runs), lever))
 	if len(withLever) != 6 || withLever[2].status != "lever" || withLever[2].ratio != "CPU 0.80× ours, 1.00× legacy" {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -83,10 +85,14 @@ type walBatch struct {
 // walCPU is the server's CPU time of the host's inserts and of the enqueue
 // calls, taken in alternating rounds on one session: the time its backend
 // process spent on a CPU (/proc/<pid>/schedstat), every call's parse, plan,
-// execution and commit.
+// execution and commit. Keyed is the host's insert made idempotent the
+// way the enqueue's row is (keyedInsertSQL): what the key's uniqueness
+// alone costs, without the enqueue's call, checks and connection look-up.
+// Unprobed is the enqueue without the probe of the host's keyed rows from
+// before migration 10 (unprobedEnqueueSQL), which the bench's outbox holds.
 type walCPU struct {
-	Calls         int // of each
-	Host, Enqueue time.Duration
+	Calls                          int // of each
+	Host, Keyed, Unprobed, Enqueue time.Duration
 }
 
 // perCall is d per call, in milliseconds.
@@ -185,6 +191,50 @@ const hostInsertSQL = `
 insert into external_integration_outbox (organization_id, integration_connection_id, provider, command_type,
     local_entity_type, local_entity_id, payload_json, idempotency_key, status, next_attempt_at)
 values ($1, $2, 'webhook', 'push_purchase_order', 'purchase_order', gen_random_uuid(), $4::jsonb, $3, 'queued', now())`
+
+// keyedInsertSQL is hostInsertSQL kept unique as integration_outbox_enqueue
+// keeps its row: the key's id ($5, worked out by the host as
+// integration_outbox_key_id does, keyID), and nothing inserted where it is
+// taken. It is what the key's uniqueness alone costs the host's statement.
+const keyedInsertSQL = `
+insert into external_integration_outbox (id, organization_id, integration_connection_id, provider, command_type,
+    local_entity_type, local_entity_id, payload_json, idempotency_key, status, next_attempt_at)
+values ($5, $1, $2, 'webhook', 'push_purchase_order', 'purchase_order', gen_random_uuid(), $4::jsonb, $3, 'queued', now())
+on conflict (id) do nothing`
+
+// keyID is integration_outbox_key_id(organization, key) worked out by the
+// host: the first 128 bits of SHA-256 over the organization's 16 bytes and
+// the key, marked as a UUID of version 8 (migrations/enqueue).
+func keyID(organization, key string) (string, error) {
+	org, err := hex.DecodeString(strings.ReplaceAll(organization, "-", ""))
+	if err != nil || len(org) != 16 {
+		return "", fmt.Errorf("organization %q is not a UUID", organization)
+	}
+	sum := sha256.Sum256(append(org, key...))
+	h := []byte(hex.EncodeToString(sum[:16]))
+	h[12], h[16] = '8', '8'
+	return fmt.Sprintf("%s-%s-%s-%s-%s", h[0:8], h[8:12], h[12:16], h[16:20], h[20:32]), nil
+}
+
+// unprobedSchema holds integration_outbox_enqueue as migration 26 applies
+// it where no row of the host's from before migration 10 carries a key
+// (EnqueueNames.HostKeys false), on the same tables.
+const unprobedSchema = "bench_unprobed"
+
+const unprobedEnqueueSQL = `select ` + unprobedSchema + `.integration_outbox_enqueue($1, $2, 'push_purchase_order', 'purchase_order',
+    gen_random_uuid(), $4::jsonb, $3)`
+
+// createUnprobedEnqueue creates unprobedSchema's enqueue on conn's
+// database, whose host tables are public's.
+func createUnprobedEnqueue(ctx context.Context, conn *pgx.Conn) error {
+	fn, err := migrations.EnqueueSQL(migrations.EnqueueNames{Outbox: "public.external_integration_outbox",
+		Connections: "public.integration_connections", Schema: unprobedSchema})
+	if err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, "create schema "+unprobedSchema+";\n"+fn)
+	return err
+}
 
 const enqueueSQL = `select integration_outbox_enqueue($1, $2, 'push_purchase_order', 'purchase_order', gen_random_uuid(),
     $4::jsonb, $3)`
@@ -305,23 +355,36 @@ func walBatchOf(ctx context.Context, conn *pgx.Conn, stmt, keyPrefix string, n i
 func walInsert(ctx context.Context, conn *pgx.Conn, stmt string, i int, key, payload string) error {
 	org := fmt.Sprintf("00000000-0000-4000-8000-%012d", i%1000)
 	connID := fmt.Sprintf("00000000-0000-4000-9000-%012d", i%1000)
-	_, err := conn.Exec(ctx, stmt, pgx.QueryExecModeExec, org, connID, key, payload)
+	args := []any{pgx.QueryExecModeExec, org, connID, key, payload}
+	if strings.Contains(stmt, "$5") {
+		id, err := keyID(org, key)
+		if err != nil {
+			return err
+		}
+		args = append(args, id)
+	}
+	_, err := conn.Exec(ctx, stmt, args...)
 	return err
 }
 
 // walCPUOf measures walCPU on conn: cpuRounds rounds of cpuRoundCalls host
-// inserts, then as many enqueue calls, each call its own transaction.
+// inserts, then as many keyed inserts and as many enqueue calls, each call
+// its own transaction.
 func walCPUOf(ctx context.Context, conn *pgx.Conn, payload string) (walCPU, error) {
 	c := walCPU{Calls: cpuRounds * cpuRoundCalls}
 	var backend int
 	if err := conn.QueryRow(ctx, `select pg_backend_pid()`).Scan(&backend); err != nil {
 		return c, err
 	}
+	if err := createUnprobedEnqueue(ctx, conn); err != nil {
+		return c, fmt.Errorf("creating the enqueue without the host keys' probe: %w", err)
+	}
 	for r := range cpuRounds {
 		for _, k := range []struct {
 			stmt, prefix string
 			into         *time.Duration
-		}{{hostInsertSQL, "cpu-host", &c.Host}, {enqueueSQL, "cpu-enqueue", &c.Enqueue}} {
+		}{{hostInsertSQL, "cpu-host", &c.Host}, {keyedInsertSQL, "cpu-keyed", &c.Keyed},
+			{unprobedEnqueueSQL, "cpu-unprobed", &c.Unprobed}, {enqueueSQL, "cpu-enqueue", &c.Enqueue}} {
 			before := procRunTime(backend)
 			for i := range cpuRoundCalls {
 				if err := walInsert(ctx, conn, k.stmt, i, fmt.Sprintf("%s-%d-%d", k.prefix, r, i), payload); err != nil {
@@ -364,12 +427,14 @@ func walRows(runs []walRun) []tableRow {
 		if r.CPU.Calls == 0 {
 			continue
 		}
-		hostCPU, enqueueCPU := r.CPU.perCall(r.CPU.Host), r.CPU.perCall(r.CPU.Enqueue)
+		hostCPU, keyedCPU, unprobedCPU, enqueueCPU := r.CPU.perCall(r.CPU.Host), r.CPU.perCall(r.CPU.Keyed),
+			r.CPU.perCall(r.CPU.Unprobed), r.CPU.perCall(r.CPU.Enqueue)
 		cpu, wal := enqueueCPU/hostCPU, r.Enqueue.perInsert()/r.Host.perInsert()
 		t = append(t, tableRow{"9", fmt.Sprintf("`integration_outbox_enqueue` against the host's plain insert of the same row, %s-row outbox, %s (migration %d): server CPU per call (parse, plan, execution, commit); WAL per insert", rows(r.Rows), r.Schema, r.Version),
 			fmt.Sprintf("%.3f ms; %.0f B", enqueueCPU, r.Enqueue.perInsert()),
-			fmt.Sprintf("plain insert: %.3f ms; %.0f B", hostCPU, r.Host.perInsert()),
-			fmt.Sprintf("CPU %s; WAL %s", x(cpu), x(wal)),
+			fmt.Sprintf("plain insert: %.3f ms; %.0f B; the plain insert kept unique by the key's id (`on conflict (id) do nothing`): %.3f ms; the enqueue without the probe of the host's keys from before migration 10: %.3f ms",
+				hostCPU, r.Host.perInsert(), keyedCPU, unprobedCPU),
+			fmt.Sprintf("CPU %s (the keyed insert %s, the enqueue without the probe %s); WAL %s", x(cpu), x(keyedCPU/hostCPU), x(unprobedCPU/hostCPU), x(wal)),
 			fmt.Sprintf("≤ %.2f× each", targetEnqueue), status(cpu <= targetEnqueue && wal <= targetEnqueue)})
 	}
 	return t
@@ -395,7 +460,7 @@ func walMarkdown(runs []walRun) string {
 			sizes = append(sizes, rows(r.Rows))
 		}
 	}
-	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`), at each size: %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, the payload %s), then, on the installed schemas, as many calls of `integration_outbox_enqueue`, on a copy of the database taken before the host's inserts (`create database ... template`), so that both batches start from the same table (before 2026-12-06 the calls ran after the host's inserts on the same database, on a table 5,000 rows larger). WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. Every insert is sent as node-postgres sends a parameterised query (an unnamed statement, planned per call). The rate is inserts over the batch's wall time. Then, on the schema with every migration, the server's CPU per call: %d rounds of %d host inserts, then as many calls of `integration_outbox_enqueue`, each its own transaction, on the same session; the CPU is the time its backend process spent on a CPU over each round's calls (`/proc/<pid>/schedstat`), which counts what `pg_stat_statements`' execution time leaves out of a plain insert (its parse and plan) and the commit of each. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`); from migration 11 a queued row due at once (the host's insert sets `next_attempt_at` to `now()`, its `created_at`) enters no index of the per-entity order either: the host's insert writes one entry into an index of ours, `_walk_idx` (48-byte entries since migration 11).\n",
+	return fmt.Sprintf("9. **WAL per host insert.** One fresh database per schema (%s), each with the host's tables (`migrations/standin/host_schema.sql`) and the same outbox, bulk-loaded (`insert ... select generate_series`), at each size: %s rows over 1,000 organizations with a connection each, every row with an idempotency key, 1 in 20 `queued`, 1 in 50 `failed`, the rest `completed`; then the migrations (`migrate.UpWith`, stopping at the version named), `VACUUM (ANALYZE)`. On each, after a `CHECKPOINT`, %d inserts of a queued command one after the other, each its own transaction: the back office's own `INSERT` (an idempotency key, a connection, an entity, the payload %s), then, on the installed schemas, as many calls of `integration_outbox_enqueue`, on a copy of the database taken before the host's inserts (`create database ... template`), so that both batches start from the same table (before 2026-12-06 the calls ran after the host's inserts on the same database, on a table 5,000 rows larger). WAL = `pg_current_wal_lsn()` after − before, over the inserts, with `full_page_writes` on for the measurement (as on a host's database; the bench's cluster otherwise runs without): the full-page images count, each batch starting after a checkpoint. Every insert is sent as node-postgres sends a parameterised query (an unnamed statement, planned per call). The rate is inserts over the batch's wall time. Then, on the schema with every migration, the server's CPU per call: %d rounds of %d host inserts, then as many of the host's insert kept unique as the enqueue keeps its row (its id the key's, worked out by the host as `integration_outbox_key_id` does, and `on conflict (id) do nothing`: what the key's uniqueness alone costs the host's statement), then as many calls of `integration_outbox_enqueue` as migration 26 applies it where no row of the host's from before migration 10 carries a key (created in a schema of its own on the same tables: the call without its probe of the legacy key index), then as many calls of `integration_outbox_enqueue`, each its own transaction, on the same session; the CPU is the time its backend process spent on a CPU over each round's calls (`/proc/<pid>/schedstat`), which counts what `pg_stat_statements`' execution time leaves out of a plain insert (its parse and plan) and the commit of each. From migration 10 a row the host inserts itself reads `idempotency_enforced` NULL and enters neither key index (the bulk-loaded rows keep `false`); from migration 11 a queued row due at once (the host's insert sets `next_attempt_at` to `now()`, its `created_at`) enters no index of the per-entity order either: the host's insert writes one entry into an index of ours, `_walk_idx` (48-byte entries since migration 11).\n",
 		strings.Join(names, "; "), strings.Join(sizes, " and "), runs[0].Host.Inserts,
 		fmt.Sprintf("`%s` (%q)", strings.Join(strings.Fields(walPayloads[runs[0].Payload]), " "), runs[0].Payload),
 		cpuRounds, cpuRoundCalls)
