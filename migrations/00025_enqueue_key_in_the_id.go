@@ -161,6 +161,15 @@ func readKeysByID(ctx context.Context, tx *sql.Tx) (n EnqueueNames, unique, byID
 // (KeyProbe, HostKeys), read in tx. Only where no body from before
 // migration 25 can run: migration 25's step 3, and migration 26.
 func applyKeysByID(ctx context.Context, tx *sql.Tx, n EnqueueNames) error {
+	if err := readProbes(ctx, tx, &n); err != nil {
+		return err
+	}
+	return applyEnqueueTx(ctx, tx, n)
+}
+
+// readProbes sets n to keep keys by id alone, with the probes of the key
+// indexes that still hold rows to honour (KeyProbe, HostKeys), read in tx.
+func readProbes(ctx context.Context, tx *sql.Tx, n *EnqueueNames) error {
 	n.KeyIndex = false
 	if err := tx.QueryRowContext(ctx, fmt.Sprintf(randomIDKeysSQL, n.Outbox, n.Schema)).Scan(&n.KeyProbe); err != nil {
 		return fmt.Errorf("reading whether the key index holds rows of random ids: %w", err)
@@ -168,7 +177,7 @@ func applyKeysByID(ctx context.Context, tx *sql.Tx, n EnqueueNames) error {
 	if err := tx.QueryRowContext(ctx, fmt.Sprintf(hostKeysSQL, n.Outbox)).Scan(&n.HostKeys); err != nil {
 		return fmt.Errorf("reading whether the legacy key index holds rows: %w", err)
 	}
-	return applyEnqueueTx(ctx, tx, n)
+	return nil
 }
 
 // inTx runs fn in a transaction of db and commits it.

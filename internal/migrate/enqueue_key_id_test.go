@@ -406,6 +406,73 @@ func TestMigration26DropsTheProbesOfKeyIndexesRetentionEmptied(t *testing.T) {
 	}
 }
 
+// Every make migrate run at the last migration decides the probes again,
+// as migration 26 did: while the host's keyed row from before migration 10
+// is there the function probes the legacy key index, and a run leaves the
+// function as it is (no new body, so no session compiles it again); once
+// retention has deleted the row, the next run applies the body without the
+// probe, and the call still keeps its key.
+func TestEveryRunDropsAProbeOnceRetentionEmptiedItsIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, conn := freshDB(t)
+	if err := migrate.UpWith(ctx, url, migrate.Config{Version: 9}); err != nil {
+		t.Fatal(err)
+	}
+	org := "6f1a4c1e-0000-4000-8000-0000000000f7"
+	_, args := webhookConnection(t, conn, org)
+	var hostRow string
+	if err := conn.QueryRow(ctx, `insert into external_integration_outbox (organization_id, integration_connection_id,
+		provider, command_type, local_entity_type, local_entity_id, payload_json, idempotency_key, status, attempt_count)
+		select $1, c.id, 'webhook', 'push_purchase_order', 'purchase_order', $1, '{}', 'po-host-old', 'completed', 1
+		from integration_connections c where c.organization_id = $1
+		returning id::text`, org).Scan(&hostRow); err != nil {
+		t.Fatal(err)
+	}
+	version := func() string {
+		t.Helper()
+		var xmin string
+		if err := conn.QueryRow(ctx, `select xmin::text from pg_proc where proname = 'integration_outbox_enqueue'`).Scan(&xmin); err != nil {
+			t.Fatal(err)
+		}
+		return xmin
+	}
+	if err := migrate.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if !probesHostKeys(enqueueBody(t, conn)) {
+		t.Fatal("at the last migration with a host row from before migration 10, the function does not probe the legacy key index")
+	}
+	installed := version()
+	if err := migrate.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if !probesHostKeys(enqueueBody(t, conn)) || version() != installed {
+		t.Fatalf("a run with the host row still there: probes %v (want true), function replaced %v (want false)",
+			probesHostKeys(enqueueBody(t, conn)), version() != installed)
+	}
+	if got := mustEnqueue(t, conn, args("po-host-old")); got != hostRow {
+		t.Fatalf("the host row's key: %s, want the host row %s", got, hostRow)
+	}
+	if _, err := conn.Exec(ctx, `delete from external_integration_outbox where id = $1`, hostRow); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate.Up(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if body := enqueueBody(t, conn); probesHostKeys(body) || !insertReadsConnection(body) {
+		t.Fatalf("a run after retention deleted the host row: probes %v (want false), the insert reads the connection %v (want true)",
+			probesHostKeys(body), insertReadsConnection(body))
+	}
+	id := mustEnqueue(t, conn, args("po-after-retention"))
+	if again := mustEnqueue(t, conn, args("po-after-retention")); again != id {
+		t.Errorf("the same key again: %s, want %s", again, id)
+	}
+	if n := countRowsConn(t, conn, `select count(*) from external_integration_outbox`); n != 1 {
+		t.Errorf("%d rows, want 1", n)
+	}
+}
+
 // A transaction that called the earlier body and was prepared (two-phase
 // commit: it has no backend left, only its locks and its row) when
 // migration 25 starts: the migration waits for it as for a running one,

@@ -99,6 +99,9 @@ func UpWith(ctx context.Context, databaseURL string, cfg Config) error {
 		if err := installRoutines(ctx, s, min(target, sources[len(sources)-1].Version), sources[len(sources)-1].Version); err != nil {
 			return err
 		}
+		if err := redecideEnqueue(ctx, s, min(target, sources[len(sources)-1].Version), sources[len(sources)-1].Version); err != nil {
+			return err
+		}
 		left, err := RecoverLeftovers(ctx, s.conn)
 		if err != nil {
 			return err
@@ -131,6 +134,24 @@ func installRoutines(ctx context.Context, s session, version, latest int64) erro
 	}
 	if n > 0 {
 		s.log.InfoContext(ctx, "statement routines installed", "count", n)
+	}
+	return nil
+}
+
+// redecideEnqueue decides the enqueue function's probes again
+// (migrations.RedecideEnqueue) once the schema is at the build's last
+// migration, latest (from migrations.RedecideEnqueueVersion on): at every
+// run, since retention deletes the rows a probe honours with no migration.
+func redecideEnqueue(ctx context.Context, s session, version, latest int64) error {
+	if version < migrations.RedecideEnqueueVersion || version < latest {
+		return nil
+	}
+	applied, err := migrations.RedecideEnqueue(ctx, s.db)
+	if err != nil {
+		return fmt.Errorf("deciding the enqueue function's probes again: %w", err)
+	}
+	if applied {
+		s.log.InfoContext(ctx, "integration_outbox_enqueue applied again: its probes of the key indexes follow the rows they honour")
 	}
 	return nil
 }
@@ -199,6 +220,7 @@ func DownWith(ctx context.Context, databaseURL string, cfg Config) error {
 // connection of its own for the host-object steps.
 type session struct {
 	provider  *goose.Provider
+	db        *sql.DB // the migrations' (the goose provider's)
 	conn      *pgx.Conn
 	installer *Installer
 	log       *slog.Logger
@@ -289,7 +311,7 @@ func run(ctx context.Context, databaseURL string, cfg Config, up bool, fn func(s
 	if err != nil {
 		return err
 	}
-	s := session{provider: p, conn: conn, installer: installer, log: log}
+	s := session{provider: p, db: db, conn: conn, installer: installer, log: log}
 	if err := fn(s); err != nil {
 		return fmt.Errorf("applying migrations: %w", err)
 	}
