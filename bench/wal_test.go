@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"integration-outbox/internal/migrate"
-	"integration-outbox/migrations"
+	"integration-outbox/internal/testenv"
 )
 
 // The enqueue's row of measurement 9 sets its CPU beside the plain insert's
@@ -50,8 +50,9 @@ func TestWALRowsSetTheEnqueueBesideThePlainAndTheKeyedInsert(t *testing.T) {
 // it conflicts where the enqueue's row would.
 func TestKeyIDIsTheEnqueuesID(t *testing.T) {
 	ctx := context.Background()
-	url, err := servers.Postgres(t).CreateDatabase(ctx, "")
-	if err != nil {
+	// make migrate creates the stand-in host tables where none are.
+	url := servers.Postgres(t).CreateHostDatabase(t, testenv.HostShape{Name: "stand-in"})
+	if err := migrate.UpWith(ctx, url, migrate.Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := pgx.Connect(ctx, url)
@@ -59,12 +60,6 @@ func TestKeyIDIsTheEnqueuesID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, migrations.HostStandIn); err != nil {
-		t.Fatal(err)
-	}
-	if err := migrate.UpWith(ctx, url, migrate.Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}); err != nil {
-		t.Fatal(err)
-	}
 	for _, key := range []string{"po-1", "purchase-order-approved:0f1c", "ключ ✓"} {
 		org := "00000000-0000-4000-8000-000000000042"
 		got, err := keyID(org, key)
