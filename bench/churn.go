@@ -397,13 +397,20 @@ func keyIndexBody(ctx context.Context, url string) error {
 		return err
 	}
 	defer c.Close(context.WithoutCancel(ctx))
-	fn, err := migrations.EnqueueSQL(migrations.EnqueueNames{Outbox: "public.external_integration_outbox",
-		Connections: "public.integration_connections", Schema: "public", KeyIndex: true})
+	fn, err := benchEnqueueSQL("public", true)
 	if err != nil {
 		return err
 	}
 	_, err = c.Exec(ctx, fn)
 	return err
+}
+
+// benchEnqueueSQL is the enqueue functions (migrations.EnqueueSQL) created
+// in schema on the bench's host tables (public's), keeping keys in the key
+// index or by id alone, with no probe of a key index.
+func benchEnqueueSQL(schema string, keyIndex bool) (string, error) {
+	return migrations.EnqueueSQL(migrations.EnqueueNames{Outbox: "public.external_integration_outbox",
+		Connections: "public.integration_connections", Schema: schema, KeyIndex: keyIndex})
 }
 
 // churnFillfactor names the fillfactor lever's variant: ours, with the

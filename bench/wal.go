@@ -227,8 +227,7 @@ const unprobedEnqueueSQL = `select ` + unprobedSchema + `.integration_outbox_enq
 // createUnprobedEnqueue creates unprobedSchema's enqueue on conn's
 // database, whose host tables are public's.
 func createUnprobedEnqueue(ctx context.Context, conn *pgx.Conn) error {
-	fn, err := migrations.EnqueueSQL(migrations.EnqueueNames{Outbox: "public.external_integration_outbox",
-		Connections: "public.integration_connections", Schema: unprobedSchema})
+	fn, err := benchEnqueueSQL(unprobedSchema, false)
 	if err != nil {
 		return err
 	}
@@ -338,7 +337,7 @@ func walBatchOf(ctx context.Context, conn *pgx.Conn, stmt, keyPrefix string, n i
 	}
 	began := time.Now()
 	for i := range n {
-		if err := walInsert(ctx, conn, stmt, i, fmt.Sprintf("%s-%d", keyPrefix, i), payload); err != nil {
+		if err := walInsert(ctx, conn, stmt, false, i, fmt.Sprintf("%s-%d", keyPrefix, i), payload); err != nil {
 			return b, err
 		}
 	}
@@ -351,12 +350,13 @@ func walBatchOf(ctx context.Context, conn *pgx.Conn, stmt, keyPrefix string, n i
 
 // walInsert is the i-th insert of a batch: stmt, sent as node-postgres
 // sends a parameterised query (an unnamed statement, planned per call), for
-// the i-th organization of the load and its connection.
-func walInsert(ctx context.Context, conn *pgx.Conn, stmt string, i int, key, payload string) error {
+// the i-th organization of the load and its connection; withID adds the
+// key's id as $5 (keyedInsertSQL).
+func walInsert(ctx context.Context, conn *pgx.Conn, stmt string, withID bool, i int, key, payload string) error {
 	org := fmt.Sprintf("00000000-0000-4000-8000-%012d", i%1000)
 	connID := fmt.Sprintf("00000000-0000-4000-9000-%012d", i%1000)
 	args := []any{pgx.QueryExecModeExec, org, connID, key, payload}
-	if strings.Contains(stmt, "$5") {
+	if withID {
 		id, err := keyID(org, key)
 		if err != nil {
 			return err
@@ -382,12 +382,13 @@ func walCPUOf(ctx context.Context, conn *pgx.Conn, payload string) (walCPU, erro
 	for r := range cpuRounds {
 		for _, k := range []struct {
 			stmt, prefix string
+			withID       bool
 			into         *time.Duration
-		}{{hostInsertSQL, "cpu-host", &c.Host}, {keyedInsertSQL, "cpu-keyed", &c.Keyed},
-			{unprobedEnqueueSQL, "cpu-unprobed", &c.Unprobed}, {enqueueSQL, "cpu-enqueue", &c.Enqueue}} {
+		}{{hostInsertSQL, "cpu-host", false, &c.Host}, {keyedInsertSQL, "cpu-keyed", true, &c.Keyed},
+			{unprobedEnqueueSQL, "cpu-unprobed", false, &c.Unprobed}, {enqueueSQL, "cpu-enqueue", false, &c.Enqueue}} {
 			before := procRunTime(backend)
 			for i := range cpuRoundCalls {
-				if err := walInsert(ctx, conn, k.stmt, i, fmt.Sprintf("%s-%d-%d", k.prefix, r, i), payload); err != nil {
+				if err := walInsert(ctx, conn, k.stmt, k.withID, i, fmt.Sprintf("%s-%d-%d", k.prefix, r, i), payload); err != nil {
 					return c, err
 				}
 			}

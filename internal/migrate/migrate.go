@@ -96,10 +96,11 @@ func UpWith(ctx context.Context, databaseURL string, cfg Config) error {
 				}
 			}
 		}
-		if err := installRoutines(ctx, s, min(target, sources[len(sources)-1].Version), sources[len(sources)-1].Version); err != nil {
+		latest := sources[len(sources)-1].Version
+		if err := installRoutines(ctx, s, min(target, latest), latest); err != nil {
 			return err
 		}
-		if err := redecideEnqueue(ctx, s, min(target, sources[len(sources)-1].Version), sources[len(sources)-1].Version); err != nil {
+		if err := redecideEnqueue(ctx, s, min(target, latest), latest); err != nil {
 			return err
 		}
 		left, err := RecoverLeftovers(ctx, s.conn)
